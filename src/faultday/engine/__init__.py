@@ -1,0 +1,1 @@
+"""The run engine: phases, clock, reverts ledger, event timeline."""

@@ -1,0 +1,21 @@
+"""Fault injectors, one module per fault family, registered as ``faultday.injectors``."""
+
+from faultday.injectors.base import (
+    FaultContext,
+    Injector,
+    NoParams,
+    Revert,
+    Target,
+    TargetKind,
+    injector_registry,
+)
+
+__all__ = [
+    "FaultContext",
+    "Injector",
+    "NoParams",
+    "Revert",
+    "Target",
+    "TargetKind",
+    "injector_registry",
+]

@@ -1,0 +1,135 @@
+"""Scenario model v1 (DESIGN.md §3). Frozen, strict: unknown keys are errors."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+
+from faultday.scenario.types import Duration
+
+API_VERSION = "faultday/v1"
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
+
+# Keys of a check item that place it in time; every other key is the check's own
+# parameter, validated against that check's Params model by the loader.
+CHECK_RESERVED_KEYS = frozenset({"check", "during", "after", "anytime", "for", "name"})
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Severity(StrEnum):
+    SEV1 = "SEV1"
+    SEV2 = "SEV2"
+    SEV3 = "SEV3"
+    SEV4 = "SEV4"
+
+
+class Metadata(Strict):
+    name: str = Field(pattern=NAME_PATTERN, max_length=63, description="lower-case slug, unique")
+    title: str = ""
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    runbook: str | None = Field(default=None, description="runbooks/<name>.md.j2")
+    severity: Severity = Severity.SEV3
+
+
+class LoadShape(StrEnum):
+    CONSTANT = "constant"
+    RAMP = "ramp"
+    STEP = "step"
+    SPIKE = "spike"
+
+
+class LoadSpec(Strict):
+    workload: str = Field(default="chat", description="chat, rag, agent, mixed, or none")
+    users: int = Field(default=8, ge=0, le=10_000)
+    spawn_rate: float = Field(default=8.0, gt=0)
+    shape: LoadShape = LoadShape.CONSTANT
+    workers: int = Field(default=0, ge=0, le=64, description="Locust worker processes; 0 = local")
+    step_users: int | None = Field(default=None, ge=1, description="users added per step (step)")
+    step_every: Duration | None = Field(default=None, description="time between steps (step)")
+    spike_users: int | None = Field(default=None, ge=1, description="peak users (spike)")
+    spike_at: Duration | None = None
+    spike_duration: Duration | None = None
+    max_requests: int | None = Field(default=None, ge=1, description="hard cap on requests sent")
+    sample_interval: Duration = Field(default=1.0, description="time-series resolution, >= 250ms")
+
+
+class CheckSpec(Strict):
+    """One assertion. ``params`` holds the check's own keys, validated per check."""
+
+    check: str
+    name: str | None = None
+    during: str | None = Field(default=None, description="a fault name: its window")
+    after: str | None = Field(default=None, description="a fault name: from its end to run end")
+    anytime: bool = Field(default=False, description="the whole run")
+    for_: Duration | None = Field(default=None, alias="for", description="abort: sustained for")
+    params: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_params(cls, data: object) -> object:
+        if not isinstance(data, dict) or "params" in data:
+            return data
+        core = {k: v for k, v in data.items() if k in CHECK_RESERVED_KEYS}
+        core["params"] = {k: v for k, v in data.items() if k not in CHECK_RESERVED_KEYS}
+        return core
+
+    @model_validator(mode="after")
+    def _one_window(self) -> CheckSpec:
+        chosen = [k for k, v in (("during", self.during), ("after", self.after)) if v]
+        if self.anytime:
+            chosen.append("anytime")
+        if len(chosen) > 1:
+            raise ValueError(f"give at most one of during/after/anytime, not {' and '.join(chosen)}")
+        return self
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        where = f"during {self.during}" if self.during else f"after {self.after}" if self.after else ""
+        return f"{where}: {self.check}" if where else self.check
+
+
+class Fault(Strict):
+    name: str = Field(pattern=NAME_PATTERN, max_length=63)
+    inject: str = Field(description="injector short name, e.g. latency, gpu_loss, process_pause")
+    target: str = Field(description="a component (llm-primary) or an edge (agent->qdrant)")
+    at: Duration = Field(description="start, from the end of warm-up")
+    duration: Duration | None = Field(default=None, description="omit for one-shot faults")
+    with_: dict[str, JsonValue] = Field(default_factory=dict, alias="with")
+
+    @property
+    def end(self) -> float:
+        return self.at + (self.duration or 0.0)
+
+
+class ScenarioSpec(Strict):
+    stack: str = Field(default="local", description="stack/<name>.yaml, or a path")
+    policy: str | None = Field(default=None, description="agent resilience profile, e.g. naive")
+    duration: Duration
+    warmup: Duration = Field(default=5.0, description="load before t=0; not checked")
+    recovery: Duration = Field(
+        default=10.0, description="time after the last fault before steady state is checked again"
+    )
+    load: LoadSpec = Field(default_factory=LoadSpec)
+    steady_state: tuple[CheckSpec, ...] = ()
+    faults: tuple[Fault, ...] = ()
+    expect: tuple[CheckSpec, ...] = ()
+    abort: tuple[CheckSpec, ...] = ()
+
+
+class Scenario(Strict):
+    api_version: Literal["faultday/v1"] = Field(alias="apiVersion")
+    kind: Literal["Scenario"]
+    metadata: Metadata
+    spec: ScenarioSpec
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
