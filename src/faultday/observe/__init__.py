@@ -1,0 +1,1 @@
+"""What a run observes: request records from the load, sampled time series, events."""

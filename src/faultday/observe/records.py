@@ -1,0 +1,75 @@
+"""Internal values observed during a run (frozen, slotted; STYLE.md §2)."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One client request as the load generator saw it. Times in run seconds (t=0 after warm-up)."""
+
+    t: float  # when it was sent
+    duration: float  # end-to-end seconds
+    ok: bool
+    status: int = 0  # HTTP status; 0 = no response (connection error, timeout)
+    name: str = ""  # endpoint or request name
+    ttft: float | None = None  # time to first token (streams)
+    itl: tuple[float, ...] = ()  # inter-token latencies (streams)
+    tokens: int = 0
+    degraded: bool = False
+    reasons: tuple[str, ...] = ()
+    model: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One value of one series at one time (scraped metric, derived figure)."""
+
+    t: float
+    name: str
+    value: float
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(slots=True)
+class Observations:
+    """Everything observed in a run, appended by observers, read by checks. Thread-safe appends."""
+
+    requests: list[RequestRecord] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add_requests(self, records: Iterable[RequestRecord]) -> None:
+        with self._lock:
+            for rec in records:
+                # Records usually arrive in order; insort keeps windows cheap to slice.
+                if self.requests and rec.t < self.requests[-1].t:
+                    bisect.insort(self.requests, rec, key=lambda r: r.t)
+                else:
+                    self.requests.append(rec)
+
+    def add_samples(self, samples: Iterable[Sample]) -> None:
+        with self._lock:
+            self.samples.extend(samples)
+
+    def requests_between(self, start: float, end: float) -> list[RequestRecord]:
+        with self._lock:
+            lo = bisect.bisect_left(self.requests, start, key=lambda r: r.t)
+            hi = bisect.bisect_left(self.requests, end, key=lambda r: r.t)
+            return self.requests[lo:hi]
+
+    def samples_between(
+        self, name: str, start: float, end: float, *, labels: dict[str, str] | None = None
+    ) -> list[Sample]:
+        want = set((labels or {}).items())
+        with self._lock:
+            return [
+                s
+                for s in self.samples
+                if s.name == name and start <= s.t < end and want <= set(s.labels)
+            ]

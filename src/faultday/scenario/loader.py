@@ -1,0 +1,228 @@
+"""Load scenarios: every problem in one pass, each with ``file:line:col`` and its YAML path."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, JsonValue, ValidationError
+
+from faultday.checks.base import Check, check_registry
+from faultday.errors import FaultdayError, Problem, ScenarioError
+from faultday.injectors.base import Injector, TargetKind, injector_registry
+from faultday.plugins import Registry, did_you_mean
+from faultday.scenario.models import CheckSpec, Fault, Scenario
+from faultday.yamlpos import Document, PathKey, parse_file, validation_problems
+
+SUFFIX = ".scenario.yaml"
+EDGE_ARROW = "->"
+
+# target name → its kind, used to check that an injector can act on it.
+TargetTable = dict[str, TargetKind]
+TargetResolver = Callable[[str], TargetTable]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedScenario:
+    scenario: Scenario
+    file: Path
+    document: Document
+
+
+def find_scenarios(paths: Iterable[Path]) -> list[Path]:
+    """Expand folders into their ``*.scenario.yaml`` files (recursively), sorted."""
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            out.extend(sorted(p.rglob(f"*{SUFFIX}")))
+        else:
+            out.append(p)
+    return out
+
+
+class _Validator:
+    def __init__(self, doc: Document, resolve_targets: TargetResolver | None) -> None:
+        self.doc = doc
+        self.resolve_targets = resolve_targets
+        self.problems: list[Problem] = []
+        self.injectors: Registry[Injector] = injector_registry()
+        self.checks: Registry[Check] = check_registry()
+
+    def add(self, path: PathKey, message: str, *, key: bool = False) -> None:
+        self.problems.append(self.doc.problem(path, message, key=key))
+
+    def run(self) -> Scenario | None:
+        data = self.doc.data
+        if not isinstance(data, dict):
+            self.add((), "a scenario is a mapping with apiVersion, kind, metadata and spec")
+            return None
+        scenario: Scenario | None = None
+        try:
+            scenario = Scenario.model_validate(data)
+        except ValidationError as exc:
+            self.problems.extend(validation_problems(self.doc, exc))
+        spec = data.get("spec")
+        if isinstance(spec, dict):
+            self._semantics(spec)
+        return scenario
+
+    # Semantic checks run item by item on the raw data, so that they add to the
+    # structural errors instead of waiting for them to be fixed first.
+    def _semantics(self, spec: dict[str, object]) -> None:
+        duration = self._duration(spec)
+        faults = self._faults(spec.get("faults"), duration, spec.get("stack"))
+        for section in ("steady_state", "expect", "abort"):
+            items = spec.get(section)
+            if not isinstance(items, list):
+                continue
+            for i, raw in enumerate(items):
+                self._check_item(("spec", section, i), raw, section, faults)
+        if duration is not None and faults and spec.get("steady_state"):
+            self._recovery_room(spec, faults, duration)
+
+    @staticmethod
+    def _duration(spec: dict[str, object]) -> float | None:
+        try:
+            from faultday.durations import parse_duration
+
+            return parse_duration(spec["duration"]) if "duration" in spec else None  # type: ignore[arg-type]
+        except ValueError:
+            return None
+
+    def _targets(self, stack: object) -> TargetTable | None:
+        if self.resolve_targets is None or not isinstance(stack, str):
+            return None
+        try:
+            return self.resolve_targets(stack)
+        except ScenarioError as exc:
+            self.problems.extend(exc.problems)
+        except FaultdayError as exc:
+            self.add(("spec", "stack"), str(exc))
+        return None
+
+    def _faults(self, raw: object, duration: float | None, stack: object) -> dict[str, Fault]:
+        faults: dict[str, Fault] = {}
+        if not isinstance(raw, list):
+            return faults
+        targets = self._targets(stack) if raw else None
+        for i, item in enumerate(raw):
+            path: PathKey = ("spec", "faults", i)
+            try:
+                fault = Fault.model_validate(item)
+            except ValidationError:
+                continue  # already reported by the whole-model pass
+            if fault.name in faults:
+                self.add((*path, "name"), f"duplicate fault name {fault.name!r}")
+            faults[fault.name] = fault
+            if duration is not None and fault.end > duration:
+                self.add(
+                    (*path, "duration" if fault.duration else "at"),
+                    f"the fault window ends at {fault.end:g}s, after the scenario's "
+                    f"duration ({duration:g}s)",
+                )
+            injector = self._plugin(self.injectors, fault.inject, (*path, "inject"))
+            if injector is None:
+                continue
+            self._params(injector, fault.with_, (*path, "with"))
+            if targets is not None:
+                self._target(fault, injector, targets, path)
+        return faults
+
+    def _plugin(self, reg: Registry[Injector] | Registry[Check], name: str, path: PathKey):  # type: ignore[no-untyped-def]
+        if name not in reg:
+            self.add(path, f"unknown {reg.kind} {name!r}{did_you_mean(name, reg.names())}")
+            return None
+        try:
+            return reg.get(name)()
+        except FaultdayError as exc:
+            self.add(path, str(exc))
+            return None
+
+    def _params(self, plugin: Injector | Check, raw: dict[str, JsonValue], path: PathKey) -> None:
+        try:
+            plugin.parse(raw)
+        except ValidationError as exc:
+            for p in validation_problems(self.doc, exc, prefix=path):
+                if p.message == "unknown key":
+                    key = p.path.rsplit(".", 1)[-1]
+                    fields = list(type(plugin).Params.model_fields)
+                    p = Problem(p.file, p.line, p.col, p.path, f"unknown key{did_you_mean(key, fields)}")
+                self.problems.append(p)
+
+    def _target(self, fault: Fault, injector: Injector, targets: TargetTable, path: PathKey) -> None:
+        kind = targets.get(fault.target)
+        if kind is None:
+            self.add(
+                (*path, "target"),
+                f"unknown target {fault.target!r}{did_you_mean(fault.target, list(targets))}",
+            )
+            return
+        if kind not in type(injector).target_kinds:
+            wanted = " or ".join(sorted(type(injector).target_kinds))
+            example = "an edge such as agent->qdrant" if TargetKind.EDGE in type(injector).target_kinds else "a component"
+            self.add(
+                (*path, "target"),
+                f"{fault.inject} acts on a {wanted}, but {fault.target!r} is a {kind}; give {example}",
+            )
+
+    def _check_item(
+        self, path: PathKey, raw: object, section: str, faults: dict[str, Fault]
+    ) -> None:
+        try:
+            spec = CheckSpec.model_validate(raw)
+        except ValidationError:
+            return
+        for key in ("during", "after"):
+            ref = getattr(spec, key)
+            if ref and ref not in faults:
+                self.add((*path, key), f"no fault named {ref!r}{did_you_mean(ref, list(faults))}")
+        if section == "abort" and (spec.during or spec.after):
+            self.add(path, "abort conditions are watched for the whole run; remove during/after")
+        if section != "abort" and spec.for_ is not None:
+            self.add((*path, "for"), "'for' belongs to abort conditions only")
+        check = self._plugin(self.checks, spec.check, (*path, "check"))
+        if check is not None:
+            self._params(check, spec.params, path)
+
+    def _recovery_room(self, spec: dict[str, object], faults: dict[str, Fault], duration: float) -> None:
+        from faultday.durations import parse_duration
+
+        try:
+            recovery = parse_duration(spec.get("recovery", "10s"))  # type: ignore[arg-type]
+        except ValueError:
+            return
+        last = max(f.end for f in faults.values())
+        if last + recovery >= duration:
+            self.add(
+                ("spec", "duration"),
+                f"no time is left to check the steady state again: the last fault ends at "
+                f"{last:g}s and recovery takes {recovery:g}s, but the run lasts {duration:g}s",
+            )
+
+
+def load_scenario(path: Path, *, resolve_targets: TargetResolver | None = None) -> LoadedScenario:
+    """Parse and validate one scenario file; raise ScenarioError listing every problem."""
+    doc = parse_file(path)
+    v = _Validator(doc, resolve_targets)
+    scenario = v.run()
+    problems = _unique(v.problems)
+    if problems or scenario is None:
+        raise ScenarioError(problems or [doc.problem((), "invalid scenario")])
+    return LoadedScenario(scenario=scenario, file=path, document=doc)
+
+
+def _unique(problems: list[Problem]) -> list[Problem]:
+    seen: set[tuple[int, int, str]] = set()
+    out = []
+    for p in sorted(problems, key=lambda p: (p.line, p.col)):
+        k = (p.line, p.col, p.message)
+        if k not in seen:
+            seen.add(k)
+            out.append(p)
+    return out
+
+
+def parse_params(plugin: Injector | Check, raw: dict[str, JsonValue]) -> BaseModel:
+    """Parse already-validated params (the loader checked them) for the engine."""
+    return plugin.parse(raw)
