@@ -1,0 +1,50 @@
+"""``python -m faultday.stack.services.tools --host 127.0.0.1 --port P --data-dir DIR``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import uvicorn
+
+from faultday.stack.services.tools.server import ToolServer, ToolServerConfig
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(f"FAULTDAY_TOOLS_{name}", default)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m faultday.stack.services.tools")
+    p.add_argument("--host", default=_env("HOST", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(_env("PORT", "0")))
+    p.add_argument(
+        "--data-dir",
+        default=_env("DATA_DIR", ""),
+        help="writable folder for the report DB, outbox and records (default: a temp dir)",
+    )
+    p.add_argument("--concurrency", type=int, default=int(_env("CONCURRENCY", "8")))
+    p.add_argument("--queue", type=int, default=int(_env("QUEUE", "16")))
+    p.add_argument("--queue-timeout", type=float, default=float(_env("QUEUE_TIMEOUT", "1.0")))
+    p.add_argument("--seed", type=int, default=int(_env("SEED", "0")))
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
+    a = p.parse_args(argv)
+    logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    data_dir = Path(a.data_dir) if a.data_dir else Path(tempfile.mkdtemp(prefix="faultday-tools-"))
+    server = ToolServer(
+        ToolServerConfig(
+            data_dir=data_dir,
+            concurrency=a.concurrency,
+            queue=a.queue,
+            queue_timeout=a.queue_timeout,
+            seed=a.seed,
+        )
+    )
+    uvicorn.run(server.app(), host=a.host, port=a.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
