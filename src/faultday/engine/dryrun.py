@@ -1,0 +1,65 @@
+"""``faultday run --dry-run``: what would be injected where and when, and which checks run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from faultday.durations import format_duration
+from faultday.engine.plan import Plan
+
+
+def _t(seconds: float, scale: float) -> str:
+    text = format_duration(seconds) if seconds else "0s"
+    if scale != 1.0:
+        text += f" ({format_duration(seconds * scale) if seconds else '0s'} wall)"
+    return text
+
+
+def render_plan(plan: Plan, *, base_dir: Path) -> Group:
+    """A printable plan; touches nothing but the stack profile file."""
+    sc = plan.scenario
+    spec = sc.spec
+    parts: list[Table | Text] = [
+        Text.assemble(
+            ("dry run ", "bold"), (sc.name, "bold cyan"),
+            f": stack {spec.stack}, {format_duration(spec.duration)} "
+            f"(+{format_duration(spec.warmup)} warm-up), time scale {plan.time_scale:g}, "
+            f"load {spec.load.workload} × {spec.load.users} users ({spec.load.shape})",
+        )
+    ]
+    components = _components(spec.stack, base_dir)
+    if components:
+        parts.append(Text(f"components: {', '.join(components)}"))
+    faults = Table("fault", "inject", "target", "from", "until", "with", title="faults", title_justify="left")
+    for f in spec.faults:
+        until = _t(f.end, plan.time_scale) if f.duration is not None else "one-shot"
+        params = ", ".join(f"{k}={v}" for k, v in f.with_.items()) or "–"
+        faults.add_row(f.name, f.inject, f.target, _t(f.at, plan.time_scale), until, params)
+    parts.append(faults)
+    checks = Table("section", "check", "window", "from", "until", "params", title="checks", title_justify="left")
+    for section, check, window in plan.evaluations(sc):
+        params = ", ".join(f"{k}={v}" for k, v in check.params.items()) or "–"
+        checks.add_row(
+            section, check.check, window.label, _t(window.start, plan.time_scale),
+            _t(window.end, plan.time_scale), params,
+        )
+    for check in spec.abort:
+        span = format_duration(check.for_) if check.for_ else "one sample"
+        params = ", ".join(f"{k}={v}" for k, v in check.params.items()) or "–"
+        checks.add_row("abort", check.check, f"any {span}", "0s", "end", params)
+    parts.append(checks)
+    parts.append(Text("nothing was started or changed.", style="dim"))
+    return Group(*parts)
+
+
+def _components(stack: str, base_dir: Path) -> list[str]:
+    try:
+        from faultday.stack.profile import load_profile
+    except ImportError:
+        return []
+    profile = load_profile(stack, base_dir=base_dir)
+    return list(profile.start_order())

@@ -1,0 +1,481 @@
+"""The run engine: stack up → warm-up → baseline → faults → recovery → steady state → revert → down."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import BaseModel, JsonValue
+
+from faultday import __version__
+from faultday.checks.base import Check, CheckResult, Verdict, Window, WindowKind, check_registry
+from faultday.engine.clock import Clock
+from faultday.engine.ledger import Ledger
+from faultday.engine.participants import Participant, default_participants
+from faultday.engine.plan import Plan, make_plan
+from faultday.errors import FaultdayError, InjectionError, StackError
+from faultday.injectors.base import Injector, Revert, Target, injector_registry
+from faultday.observe.records import Observations
+from faultday.report.journal import (
+    Journal,
+    JournalCheck,
+    JournalEvent,
+    JournalFault,
+    JournalWindow,
+    RunVerdict,
+)
+from faultday.scenario.loader import LoadedScenario
+from faultday.scenario.models import CheckSpec, Fault, Scenario
+
+log = logging.getLogger(__name__)
+
+TICK = 0.1  # real seconds between looks at the schedule, abort conditions and stop requests
+
+
+class Phase(StrEnum):
+    SETUP = "setup"
+    STACK_UP = "stack-up"
+    WARMUP = "warm-up"
+    BASELINE = "baseline"
+    FAULTS = "faults"
+    RECOVERY = "recovery"
+    STEADY = "steady-state"
+    REVERT = "revert"
+    CHECKS = "checks"
+    STACK_DOWN = "stack-down"
+    DONE = "done"
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """What the live display shows; sent to ``on_status`` on every change and tick."""
+
+    phase: Phase
+    t: float
+    duration: float
+    active_faults: tuple[str, ...]
+    requests: int
+    errors: int
+
+
+@dataclass(slots=True)
+class RunOptions:
+    time_scale: float = 1.0
+    report_dir: Path = Path("reports")
+    base_dir: Path = Path()
+    run_dir: Path | None = None  # default: <report_dir>/<timestamp>-<scenario>
+    on_status: Callable[[Status], None] | None = None
+    participants: list[Participant] | None = None  # None = what the scenario asks for
+
+
+@dataclass(slots=True)
+class _ActiveFault:
+    fault: Fault
+    injector: Injector
+    params: BaseModel
+    revert: Revert
+    injected_at: float
+
+
+@dataclass(slots=True)
+class _FaultCtx:
+    """FaultContext for injectors during a live run."""
+
+    run_dir: Path
+    stack: object
+    live: bool = True
+
+    def target(self, name: str) -> Target:
+        return self.stack.target(name)  # type: ignore[attr-defined,no-any-return]
+
+    def restart(self, component: str, *, timeout: float) -> None:
+        self.stack.restart(component, timeout=timeout)  # type: ignore[attr-defined]
+
+
+class Run:
+    """One scenario run: the composition root (STYLE.md §1)."""
+
+    def __init__(self, loaded: LoadedScenario, options: RunOptions) -> None:
+        self.loaded = loaded
+        self.options = options
+        self.scenario: Scenario = loaded.scenario
+        self.clock = Clock(scale=options.time_scale)
+        self.observations = Observations()
+        self.plan: Plan = make_plan(self.scenario, time_scale=options.time_scale)
+        self.run_dir = options.run_dir or _new_run_dir(options.report_dir, self.scenario.name)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.ledger = Ledger.in_dir(self.run_dir)
+        self.stack: object | None = None
+        self.phase = Phase.SETUP
+        self.active: dict[str, _ActiveFault] = {}
+        self.fault_log: dict[str, JournalFault] = {
+            f.name: JournalFault(
+                name=f.name, inject=f.inject, target=f.target, at=f.at, duration=f.duration,
+                params=dict(f.with_),
+            )
+            for f in self.scenario.spec.faults
+        }
+        self._stop = threading.Event()
+        self._stop_reason = ""
+        self._lock = threading.Lock()
+        self.journal = Journal(
+            faultday_version=__version__,
+            run_id=self.run_dir.name,
+            run_dir=str(self.run_dir),
+            scenario_file=str(loaded.file),
+            scenario=self.scenario.model_dump(mode="json", by_alias=True),
+            title=self.scenario.metadata.title,
+            severity=str(self.scenario.metadata.severity),
+            runbook=self.scenario.metadata.runbook,
+            tags=list(self.scenario.metadata.tags),
+            stack_profile=self.scenario.spec.stack,
+            time_scale=options.time_scale,
+            duration=self.scenario.spec.duration,
+            started=time.time(),
+            windows=[
+                JournalWindow(kind=w.kind, label=w.label, start=w.start, end=w.end, fault=w.fault)
+                for w in self.plan.windows
+            ],
+        )
+        self.journal.write(self.run_dir)
+        self.participants: list[Participant] = (
+            options.participants
+            if options.participants is not None
+            else default_participants(self.scenario)
+        )
+        self._started_participants: list[Participant] = []
+        self.injectors = injector_registry()
+        self.checks = check_registry()
+
+    # ---- RunView for participants -------------------------------------------------
+    def endpoints(self) -> dict[str, str]:
+        return self.stack.endpoints() if self.stack is not None else {}  # type: ignore[attr-defined,no-any-return]
+
+    def target(self, name: str) -> Target:
+        if self.stack is None:
+            raise StackError("the stack is not up")
+        return self.stack.target(name)  # type: ignore[attr-defined,no-any-return]
+
+    def event(self, kind: str, message: str = "", **data: object) -> None:
+        fault = data.pop("fault", None)
+        target = data.pop("target", None)
+        ev = JournalEvent(
+            t=round(self.clock.now(), 4) if self.phase != Phase.SETUP else 0.0,
+            wall=time.time(),
+            kind=kind,
+            message=message,
+            fault=str(fault) if fault else None,
+            target=str(target) if target else None,
+            data={k: _jsonable(v) for k, v in data.items()},
+        )
+        with self._lock:
+            self.journal.events.append(ev)
+        log.info("%s %s", kind, message)
+
+    def error(self, message: str) -> None:
+        log.error("%s", message)
+        with self._lock:
+            self.journal.errors.append(message)
+        self.event("error", message)
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the run to stop: reverts run, verdict aborted (safe from a signal handler)."""
+        self._stop_reason = self._stop_reason or reason
+        self._stop.set()
+
+    # ---- the phases ---------------------------------------------------------------
+    def execute(self, stack_factory: Callable[[Run], object]) -> Journal:
+        """Run every phase; always revert, stop the stack and write the journal."""
+        try:
+            self._set_phase(Phase.STACK_UP)
+            self.stack = stack_factory(self)
+            self.stack.up()  # type: ignore[attr-defined]
+            self._describe_stack()
+            self._start_participants()
+            self._set_phase(Phase.WARMUP)
+            self._warmup()
+            self._timeline()
+        except _Stopped:
+            self._fail(RunVerdict.ABORTED, self._stop_reason or "stopped")
+        except StackError as exc:
+            self._fail(RunVerdict.ERROR, f"stack error: {exc}")
+        except FaultdayError as exc:
+            self._fail(RunVerdict.ERROR, str(exc))
+        except KeyboardInterrupt:
+            self._fail(RunVerdict.ABORTED, "interrupted")
+        except Exception as exc:
+            log.exception("harness error")
+            self._fail(RunVerdict.ERROR, f"harness error: {type(exc).__name__}: {exc}")
+        finally:
+            self._finish()
+        return self.journal
+
+    def _set_phase(self, phase: Phase) -> None:
+        self.phase = phase
+        self.event("phase", str(phase))
+        self._status()
+
+    def _status(self) -> None:
+        if self.options.on_status is None:
+            return
+        reqs = self.observations.requests
+        self.options.on_status(
+            Status(
+                phase=self.phase,
+                t=self.clock.now() if self.phase not in (Phase.SETUP, Phase.STACK_UP, Phase.WARMUP) else 0.0,
+                duration=self.scenario.spec.duration,
+                active_faults=tuple(self.active),
+                requests=len(reqs),
+                errors=sum(1 for r in reqs if not r.ok),
+            )
+        )
+
+    def _describe_stack(self) -> None:
+        describe = getattr(self.stack, "describe", None)
+        versions = getattr(self.stack, "versions", None)
+        try:
+            if describe is not None:
+                info = describe()
+                dump = info.model_dump(mode="json") if isinstance(info, BaseModel) else _jsonable(info)
+                self.journal.stack = dump if isinstance(dump, dict) else {"info": dump}
+            if versions is not None:
+                self.journal.components = dict(versions())
+        except Exception as exc:  # the description is for the report; the run goes on
+            self.error(f"could not describe the stack: {exc}")
+
+    def _start_participants(self) -> None:
+        for p in self.participants:
+            p.start(self)  # type: ignore[arg-type]
+            self._started_participants.append(p)
+
+    def _warmup(self) -> None:
+        # Warm-up happens before t=0, so it is not compressed differently: it is scenario time too.
+        end = time.monotonic() + self.scenario.spec.warmup * self.options.time_scale
+        while time.monotonic() < end:
+            if self._stop.is_set():
+                raise _Stopped
+            time.sleep(min(TICK, max(0.0, end - time.monotonic())))
+
+    def _timeline(self) -> None:
+        spec = self.scenario.spec
+        self.clock.start()
+        self.journal.t0_wall = self.clock.t0_wall
+        self._set_phase(Phase.BASELINE if spec.faults else Phase.STEADY)
+        schedule = self.plan.schedule()
+        next_abort = 0.0
+        while True:
+            now = self.clock.now()
+            if self._stop.is_set():
+                raise _Stopped
+            while schedule and schedule[0][0] <= now:
+                _, action, name = schedule.pop(0)
+                self._do(action, name)
+            self._update_phase(now)
+            if now >= next_abort:
+                next_abort = now + spec.load.sample_interval
+                self._watch_aborts(now)
+                self._status()
+            if now >= spec.duration and not schedule:
+                break
+            nxt = min(schedule[0][0] if schedule else spec.duration, next_abort)
+            self.clock.sleep_until(nxt, cap=TICK)
+
+    def _update_phase(self, now: float) -> None:
+        want = self.plan.phase_at(now)
+        if want != self.phase.value and want in Phase._value2member_map_:
+            self._set_phase(Phase(want))
+
+    def _do(self, action: str, name: str) -> None:
+        fault = next(f for f in self.scenario.spec.faults if f.name == name)
+        if action == "inject":
+            self._inject(fault)
+        elif name in self.active:
+            self._revert_one(self.active.pop(name))
+
+    def _inject(self, fault: Fault) -> None:
+        injector = self.injectors.get(fault.inject)()
+        params = injector.parse(fault.with_)
+        target = self.target(fault.target)
+        ctx = _FaultCtx(run_dir=self.run_dir, stack=self.stack)
+        revert = injector.prepare(ctx, target, params, fault=fault.name)
+        self.ledger.add_revert(revert)  # on disk before the fault acts: recover can undo it
+        entry = self.fault_log[fault.name]
+        try:
+            injector.inject(ctx, target, params, revert)
+        except Exception as exc:
+            entry.error = str(exc)
+            self.event("fault.inject_failed", str(exc), fault=fault.name, target=fault.target)
+            self._revert_one(_ActiveFault(fault, injector, params, revert, self.clock.now()))
+            raise InjectionError(f"fault {fault.name!r} ({fault.inject} on {fault.target}): {exc}") from exc
+        now = self.clock.now()
+        entry.injected_at = round(now, 4)
+        self.event(
+            "fault.injected", f"{fault.inject} on {fault.target}", fault=fault.name,
+            target=fault.target, injector=fault.inject,
+        )
+        active = _ActiveFault(fault, injector, params, revert, now)
+        if fault.duration is None or injector.one_shot:
+            self._revert_one(active)  # one-shot: undo (e.g. restart) right away
+        else:
+            self.active[fault.name] = active
+
+    def _revert_one(self, active: _ActiveFault) -> bool:
+        ctx = _FaultCtx(run_dir=self.run_dir, stack=self.stack)
+        entry = self.fault_log[active.fault.name]
+        try:
+            active.injector.revert(ctx, active.revert)
+        except Exception as exc:
+            self.ledger.revert_done(active.revert, ok=False, error=str(exc))
+            entry.revert_ok = False
+            entry.error = entry.error or f"revert failed: {exc}"
+            self.error(f"revert of {active.fault.name!r} on {active.fault.target} failed: {exc}")
+            return False
+        self.ledger.revert_done(active.revert, ok=True)
+        entry.reverted_at = round(self.clock.now(), 4)
+        entry.revert_ok = True
+        self.event("fault.reverted", f"{active.fault.inject} on {active.fault.target}",
+                   fault=active.fault.name, target=active.fault.target)
+        return True
+
+    def revert_all(self) -> None:
+        """Undo every fault still outstanding in the ledger, last in first out."""
+        by_id = {a.revert.id: a for a in self.active.values()}
+        for revert in self.ledger.outstanding_reverts():
+            active = by_id.get(revert.id)
+            if active is not None:
+                self.active.pop(active.fault.name, None)
+                self._revert_one(active)
+                continue
+            # Reverts recorded in the ledger whose fault raised halfway through inject.
+            injector = self.injectors.get(revert.injector)()
+            fault = next(f for f in self.scenario.spec.faults if f.name == revert.fault)
+            self._revert_one(_ActiveFault(fault, injector, injector.parse(fault.with_), revert, 0.0))
+
+    def _watch_aborts(self, now: float) -> None:
+        for spec in self.scenario.spec.abort:
+            span = spec.for_ or self.scenario.spec.load.sample_interval
+            window = Window(WindowKind.ABORT, f"last {span:g}s", max(0.0, now - span), now)
+            if window.length < span * 0.999:
+                continue  # not yet a full window to judge
+            result = self._evaluate(spec, window)
+            if result.verdict == Verdict.FAILED:
+                self._record_check("abort", spec, result)
+                self.request_stop(f"abort condition tripped: {result.describe()}")
+
+    # ---- checks -------------------------------------------------------------------
+    def _evaluate(self, spec: CheckSpec, window: Window) -> CheckResult:
+        try:
+            check: Check = self.checks.get(spec.check)()
+            params = check.parse(spec.params)
+            return check.evaluate(self, params, window)  # type: ignore[arg-type]
+        except Exception as exc:
+            log.exception("check %s failed to evaluate", spec.check)
+            return CheckResult(spec.check, spec.label, window.label, Verdict.ERROR, message=str(exc))
+
+    def _record_check(self, section: str, spec: CheckSpec, result: CheckResult) -> None:
+        self.journal.checks.append(
+            JournalCheck(
+                section=section, check=result.check, label=result.label, window=result.window,
+                verdict=str(result.verdict), expected=result.expected, observed=result.observed,
+                n=result.n, message=result.message, params=dict(spec.params),
+            )
+        )
+
+    def _run_checks(self) -> None:
+        for section, spec, window in self.plan.evaluations(self.scenario):
+            self._record_check(section, spec, self._evaluate(spec, window))
+
+    # CheckContext
+    def fault_times(self, fault: str) -> tuple[float, float]:
+        entry = self.fault_log[fault]
+        start = entry.injected_at if entry.injected_at is not None else entry.at
+        end = entry.reverted_at if entry.reverted_at is not None else float("inf")
+        return start, end
+
+    @property
+    def time_scale(self) -> float:
+        return self.options.time_scale
+
+    # ---- the end ------------------------------------------------------------------
+    def _fail(self, verdict: RunVerdict, reason: str) -> None:
+        if self.journal.verdict in (RunVerdict.RUNNING, RunVerdict.PASSED):
+            self.journal.verdict = verdict
+            self.journal.reason = reason
+        if verdict == RunVerdict.ERROR:
+            self.error(reason)
+        else:
+            self.event("abort", reason)
+
+    def _finish(self) -> None:
+        if self._stop.is_set() and self.journal.verdict == RunVerdict.RUNNING:
+            self._fail(RunVerdict.ABORTED, self._stop_reason or "stopped")
+        reverted_at = time.monotonic()
+        self._set_phase(Phase.REVERT)
+        self.revert_all()
+        self.event("reverts.done", f"{time.monotonic() - reverted_at:.3f}s",
+                   seconds=round(time.monotonic() - reverted_at, 4))
+        for p in reversed(self._started_participants):
+            try:
+                p.stop()
+            except Exception as exc:
+                self.error(f"participant {p.name} failed to stop: {exc}")
+        if self.journal.verdict == RunVerdict.RUNNING:
+            self._set_phase(Phase.CHECKS)
+            self._run_checks()
+        self._set_phase(Phase.STACK_DOWN)
+        if self.stack is not None:
+            try:
+                self.stack.down()  # type: ignore[attr-defined]
+            except Exception as exc:
+                self.error(f"stack down failed: {exc}")
+        self.journal.faults = list(self.fault_log.values())
+        self.journal.verdict = self._verdict()
+        self.journal.ended = time.time()
+        self._set_phase(Phase.DONE)
+        self.journal.write(self.run_dir)
+
+    def _verdict(self) -> RunVerdict:
+        if self.journal.verdict not in (RunVerdict.RUNNING, RunVerdict.PASSED):
+            return self.journal.verdict
+        if self.journal.errors:
+            self.journal.reason = self.journal.errors[0]
+            return RunVerdict.ERROR
+        bad = [c for c in self.journal.checks if c.verdict != Verdict.PASSED]
+        if bad:
+            self.journal.reason = f"{len(bad)} of {len(self.journal.checks)} checks did not pass"
+            return RunVerdict.FAILED
+        self.journal.reason = f"all {len(self.journal.checks)} checks passed"
+        return RunVerdict.PASSED
+
+
+class _Stopped(FaultdayError):
+    """Raised inside the timeline when a stop was requested (abort or signal)."""
+
+
+def _new_run_dir(report_dir: Path, name: str) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    base = report_dir / f"{stamp}-{name}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def _jsonable(value: object) -> JsonValue:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")  # type: ignore[no-any-return]
+    return str(value)
+

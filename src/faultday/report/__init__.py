@@ -1,0 +1,1 @@
+"""Outputs of a run, all rendered from ``journal.json``."""
