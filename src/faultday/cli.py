@@ -55,24 +55,31 @@ app.add_typer(list_app, name="list")
 
 
 def _add_optional_apps() -> None:
-    # Sub-apps live next to their code; one that cannot be imported (an optional
-    # extra missing) is left out of the command rather than breaking it.
+    """Commands that live next to their code.
+
+    A module either exposes ``register(app)`` (adds its own commands) or an
+    ``app`` (added as a command group). One that cannot be imported (an
+    optional extra missing) is left out rather than breaking the command.
+    """
+    import importlib
+
     subapps = [
         ("faultday.proxy.cli", "proxy", "The Toxiproxy-compatible fault proxy."),
         ("faultday.stack.cli", "stack", "Bring the reference stack up and down."),
-        ("faultday.stack.services.cli", "sim", "Simulated components (the vLLM simulator)."),
-        ("faultday.report.cli", "report", "Render reports again from a journal."),
-        ("faultday.report.runbook_cli", "runbook", "Render runbooks for a stack."),
+        ("faultday.stack.services.llmsim.cli", "sim", "Simulated components (the vLLM simulator)."),
+        ("faultday.checks.cli", "", ""),  # faultday lint
+        ("faultday.report.cli", "", ""),  # faultday report, runbook, gameday
     ]
-    import importlib
-
     for module, name, help_text in subapps:
         try:
             mod = importlib.import_module(module)
         except ImportError as exc:
-            logging.getLogger(__name__).debug("no %s command: %s", name, exc)
+            logging.getLogger(__name__).debug("no %s commands: %s", module, exc)
             continue
-        app.add_typer(mod.app, name=name, help=help_text)
+        if hasattr(mod, "register"):
+            mod.register(app)
+        else:
+            app.add_typer(mod.app, name=name, help=help_text)
 
 
 def _setup_logging(verbose: int) -> None:
