@@ -219,7 +219,11 @@ def run(
     if dry_run:
         from faultday.engine.dryrun import render_plan
 
-        out.print(render_plan(make_plan(loaded.scenario, time_scale=time_scale), base_dir=Path.cwd()))
+        out.print(render_plan(
+                make_plan(loaded.scenario, time_scale=time_scale),
+                base_dir=Path.cwd(),
+                scenario_file=loaded.file,
+            ))
         return
     journal = _execute(loaded, time_scale=time_scale, report_dir=report_dir, progress=progress)
     _summarize(journal)
@@ -264,8 +268,10 @@ def _stack_factory(the_run):  # type: ignore[no-untyped-def]
         from faultday.stack.stack import Stack
     except ImportError as exc:
         raise StackError(f"the stack driver is not installed: {exc}") from exc
+    from faultday.scenario.loader import stack_ref
+
     spec = the_run.scenario.spec
-    profile = load_profile(spec.stack, base_dir=the_run.options.base_dir)
+    profile = load_profile(stack_ref(spec.stack, the_run.loaded.file), base_dir=the_run.options.base_dir)
     return Stack(profile, run_dir=the_run.run_dir, ledger=the_run.ledger, policy=spec.policy)
 
 

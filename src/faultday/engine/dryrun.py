@@ -10,6 +10,7 @@ from rich.text import Text
 
 from faultday.durations import format_duration
 from faultday.engine.plan import Plan
+from faultday.scenario.loader import stack_ref
 
 
 def _t(seconds: float, scale: float) -> str:
@@ -19,7 +20,7 @@ def _t(seconds: float, scale: float) -> str:
     return text
 
 
-def render_plan(plan: Plan, *, base_dir: Path) -> Group:
+def render_plan(plan: Plan, *, base_dir: Path, scenario_file: Path) -> Group:
     """A printable plan; touches nothing but the stack profile file."""
     sc = plan.scenario
     spec = sc.spec
@@ -31,7 +32,7 @@ def render_plan(plan: Plan, *, base_dir: Path) -> Group:
             f"load {spec.load.workload} × {spec.load.users} users ({spec.load.shape})",
         )
     ]
-    components = _components(spec.stack, base_dir)
+    components = _components(stack_ref(spec.stack, scenario_file), base_dir)
     if components:
         parts.append(Text(f"components: {', '.join(components)}"))
     faults = Table("fault", "inject", "target", "from", "until", "with", title="faults", title_justify="left")

@@ -30,6 +30,14 @@ class LoadedScenario:
     document: Document
 
 
+def stack_ref(stack: str, scenario_file: Path) -> str:
+    """A profile name as is; a relative profile path taken from the scenario's folder."""
+    if "/" in stack or stack.endswith((".yaml", ".yml")):
+        p = Path(stack)
+        return str(p if p.is_absolute() else (scenario_file.parent / p).resolve())
+    return stack
+
+
 def find_scenarios(paths: Iterable[Path]) -> list[Path]:
     """Expand folders into their ``*.scenario.yaml`` files (recursively), sorted."""
     out: list[Path] = []
@@ -48,6 +56,7 @@ class _Validator:
         self.problems: list[Problem] = []
         self.injectors: Registry[Injector] = injector_registry()
         self.checks: Registry[Check] = check_registry()
+        self.one_shot: set[str] = set()
 
     def add(self, path: PathKey, message: str, *, key: bool = False) -> None:
         self.problems.append(self.doc.problem(path, message, key=key))
@@ -94,7 +103,7 @@ class _Validator:
         if self.resolve_targets is None or not isinstance(stack, str):
             return None
         try:
-            return self.resolve_targets(stack)
+            return self.resolve_targets(stack_ref(stack, Path(self.doc.file)))
         except ScenarioError as exc:
             self.problems.extend(exc.problems)
         except FaultdayError as exc:
@@ -103,6 +112,7 @@ class _Validator:
 
     def _faults(self, raw: object, duration: float | None, stack: object) -> dict[str, Fault]:
         faults: dict[str, Fault] = {}
+        one_shot_names = self.one_shot
         if not isinstance(raw, list):
             return faults
         targets = self._targets(stack) if raw else None
@@ -112,6 +122,8 @@ class _Validator:
                 fault = Fault.model_validate(item)
             except ValidationError:
                 continue  # already reported by the whole-model pass
+            if fault.duration is None:
+                one_shot_names.add(fault.name)
             if fault.name in faults:
                 self.add((*path, "name"), f"duplicate fault name {fault.name!r}")
             faults[fault.name] = fault
@@ -177,6 +189,8 @@ class _Validator:
             ref = getattr(spec, key)
             if ref and ref not in faults:
                 self.add((*path, key), f"no fault named {ref!r}{did_you_mean(ref, list(faults))}")
+            elif key == "during" and ref in self.one_shot:
+                self.add((*path, key), f"fault {ref!r} has no duration, so no window; use after: {ref}")
         if section == "abort" and (spec.during or spec.after):
             self.add(path, "abort conditions are watched for the whole run; remove during/after")
         if section != "abort" and spec.for_ is not None:

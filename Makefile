@@ -1,0 +1,55 @@
+# faultday — every target does its own set-up on a fresh Debian machine.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+PYTEST := $(VENV)/bin/pytest
+PYTHON ?= python3
+STAMP := $(VENV)/.installed
+# pytest exit code 5 = "no tests collected": not a failure of the target.
+PYTEST_OK = rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
+
+.PHONY: demo test test-slow test-real bench lint gameday setup sysdeps clean
+
+sysdeps:  ## Debian packages the stack and the tests use
+	@need=""; \
+	command -v redis-server >/dev/null || need="$$need redis-server"; \
+	if [ -n "$$need" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need; \
+	  else echo "please install:$$need (sudo apt-get install$$need)"; exit 1; fi; \
+	fi
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[dev]'
+	@touch $(STAMP)
+
+setup: sysdeps $(STAMP)  ## everything the demo and the tests need
+
+demo: setup  ## a short, real game day on the local stack; prints where the report is
+	$(VENV)/bin/faultday gameday scenarios/ --tag demo --time-scale 0.25
+
+gameday: setup  ## the whole quarterly suite at full length
+	$(VENV)/bin/faultday gameday scenarios/
+
+test: setup  ## the default suite (CI runs it)
+	$(PYTEST) -q -m "not slow and not real" -p no:cacheprovider; $(PYTEST_OK)
+
+test-slow: setup  ## heavier checks (CI runs them too)
+	$(PYTEST) -q -m "slow and not real" -p no:cacheprovider; $(PYTEST_OK)
+
+test-real: setup  ## real vLLM on CPU in its own virtualenv (CI runs it)
+	@if [ -x scripts/setup-real-venv.sh ] || [ -f scripts/setup-real-venv.sh ]; then bash scripts/setup-real-venv.sh; fi
+	$(PYTEST) -q -m real -p no:cacheprovider tests/real; $(PYTEST_OK)
+
+bench: setup  ## benchmarks; figures go to bench/RESULTS.md
+	@for b in bench/*/run.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+lint: setup
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/mypy
+
+clean:
+	rm -rf reports .pytest_cache .mypy_cache .ruff_cache
