@@ -150,6 +150,8 @@ class Run:
             else default_participants(self.scenario)
         )
         self._started_participants: list[Participant] = []
+        # Checks that probe the live stack are judged when their window closes.
+        self._live_results: dict[int, CheckResult] = {}
         self.injectors = injector_registry()
         self.checks = check_registry()
 
@@ -268,6 +270,7 @@ class Run:
         self.journal.t0_wall = self.clock.t0_wall
         self._set_phase(Phase.BASELINE if spec.faults else Phase.STEADY)
         schedule = self.plan.schedule()
+        live = self._live_evaluations()
         next_abort = 0.0
         while True:
             now = self.clock.now()
@@ -276,6 +279,9 @@ class Run:
             while schedule and schedule[0][0] <= now:
                 _, action, name = schedule.pop(0)
                 self._do(action, name)
+            while live and (live[0][0] <= now or now >= spec.duration):
+                _, i, check, window = live.pop(0)
+                self._live_results[i] = self._evaluate(check, window)
             self._update_phase(now)
             if now >= next_abort:
                 next_abort = now + spec.load.sample_interval
@@ -387,9 +393,18 @@ class Run:
             )
         )
 
+    def _live_evaluations(self) -> list[tuple[float, int, CheckSpec, Window]]:
+        out = []
+        for i, (_, spec, window) in enumerate(self.plan.evaluations(self.scenario)):
+            if spec.check in self.checks and self.checks.get(spec.check).live:
+                # Just before the window closes, while its faults are still in place.
+                out.append((max(window.start, window.end - 0.05), i, spec, window))
+        return sorted(out, key=lambda x: (x[0], x[1]))
+
     def _run_checks(self) -> None:
-        for section, spec, window in self.plan.evaluations(self.scenario):
-            self._record_check(section, spec, self._evaluate(spec, window))
+        for i, (section, spec, window) in enumerate(self.plan.evaluations(self.scenario)):
+            result = self._live_results.get(i) or self._evaluate(spec, window)
+            self._record_check(section, spec, result)
 
     # CheckContext
     def fault_times(self, fault: str) -> tuple[float, float]:

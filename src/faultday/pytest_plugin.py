@@ -1,0 +1,1 @@
+"""pytest plugin: collects ``*.scenario.yaml`` files as test items (issue 9)."""

@@ -1,0 +1,57 @@
+"""Shared fixtures: the repo root, the faultday command, process-table hygiene."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FAULTDAY = [sys.executable, "-m", "faultday.cli"]
+
+
+def faultday(*args: str, timeout: float = 120, cwd: Path = ROOT, **kw: object) -> subprocess.CompletedProcess[str]:
+    """Run the real ``faultday`` command; return its completed process."""
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.run(
+        [*FAULTDAY, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, **kw
+    )
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return ROOT
+
+
+def processes_mentioning(text: str) -> list[psutil.Process]:
+    """Live processes whose command line mentions ``text`` (a test's own tmp folder)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if text in " ".join(proc.info["cmdline"] or ()):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture
+def no_leftovers(tmp_path: Path) -> Iterator[None]:
+    """Fail a test that leaves behind a process started for it.
+
+    The machine is shared, so only processes whose command line names this
+    test's tmp folder are counted (every test component puts its run folder,
+    which lives there, on its command line).
+    """
+    yield
+    left = processes_mentioning(str(tmp_path))
+    for proc in left:
+        proc.kill()
+    assert not left, f"processes left behind: {[p.pid for p in left]}"
