@@ -1,0 +1,1 @@
+"""llmsim: a vLLM-compatible LLM server simulator with GPU-failure semantics."""

@@ -1,0 +1,269 @@
+"""vLLM v1's Prometheus metric families, under their real names, types and labels.
+
+Taken from vLLM's ``vllm/v1/metrics/loggers.py`` (PrometheusStatLogger) as of the
+0.11/0.12 line: every family it registers for a plain text model with no LoRA,
+no speculative decoding, no KV connector and no NaN checks. Bucket edges are
+vLLM's too, so dashboards and recording rules written for vLLM work unchanged.
+Each simulator instance owns its registry (no module-global state).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from faultday.stack.services.llmsim.config import SimConfig
+from faultday.stack.services.llmsim.engine import FinishReason, StepResult
+
+_TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]  # fmt: skip
+_ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0, 20.0, 40.0, 80.0]  # fmt: skip
+_REQUEST_LATENCY_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+                            40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]  # fmt: skip
+_ITERATION_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
+SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
+
+
+
+def build_1_2_5_buckets(max_value: int) -> list[float]:
+    buckets: list[float] = []
+    exponent = 0
+    while True:
+        for m in (1, 2, 5):
+            value = m * 10**exponent
+            if value > max_value:
+                return buckets
+            buckets.append(float(value))
+        exponent += 1
+
+
+class VllmMetrics:
+    """The metric families, bound to one model name and engine 0."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        # The python_gc_*, python_info and process_* families vLLM's default registry has.
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        reg = self.registry
+        names = ["model_name", "engine"]
+        values = (config.name, "0")
+        mlen = config.max_model_len
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, names, registry=reg, multiprocess_mode="mostrecent")
+
+        def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
+            return Counter(name, doc, [*names, *extra], registry=reg)
+
+        def hist(name: str, doc: str, buckets: list[float]) -> Histogram:
+            return Histogram(name, doc, names, buckets=buckets, registry=reg)
+
+        self.running = gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches."
+        ).labels(*values)
+        self.waiting = gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed."
+        ).labels(*values)
+        sleep = Gauge(
+            "vllm:engine_sleep_state",
+            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine "
+            "is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means "
+            "sleep level 2.",
+            [*names, "sleep_state"],
+            registry=reg,
+            multiprocess_mode="mostrecent",
+        )
+        for state in SLEEP_STATES:
+            sleep.labels(*values, state).set(1 if state == "awake" else 0)
+        self.kv_usage = gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."
+        ).labels(*values)
+        self.prefix_queries = counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+        ).labels(*values)
+        self.prefix_hits = counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
+        ).labels(*values)
+        for name, doc in (
+            ("vllm:external_prefix_cache_queries", "External prefix cache queries from KV "
+             "connector cross-instance cache sharing, in terms of number of queried tokens."),
+            ("vllm:external_prefix_cache_hits", "External prefix cache hits from KV connector "
+             "cross-instance cache sharing, in terms of number of cached tokens."),
+            ("vllm:mm_cache_queries",
+             "Multi-modal cache queries, in terms of number of queried items."),
+            ("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items."),
+        ):  # fmt: skip
+            counter(name, doc).labels(*values)  # exported at 0: no connector, text only
+        self.preemptions = counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine."
+        ).labels(*values)
+        self.prompt_tokens = counter(
+            "vllm:prompt_tokens", "Number of prefill tokens processed."
+        ).labels(*values)
+        by_source = counter(
+            "vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", ("source",)
+        )
+        self.prompt_by_source = {s: by_source.labels(*values, s) for s in PROMPT_SOURCES}
+        self.prompt_cached = counter(
+            "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external)."
+        ).labels(*values)
+        self.prompt_recomputed = counter(
+            "vllm:prompt_tokens_recomputed",
+            "Number of cached tokens recomputed for forward pass.",
+        ).labels(*values)
+        self.generation_tokens = counter(
+            "vllm:generation_tokens", "Number of generation tokens processed."
+        ).labels(*values)
+        success = counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            ("finished_reason",),
+        )
+        self.success = {r: success.labels(*values, str(r)) for r in FinishReason}
+        self.req_prompt_tokens = hist(
+            "vllm:request_prompt_tokens",
+            "Number of prefill tokens processed.",
+            build_1_2_5_buckets(mlen),
+        ).labels(*values)
+        self.req_gen_tokens = hist(
+            "vllm:request_generation_tokens",
+            "Number of generation tokens processed.",
+            build_1_2_5_buckets(mlen),
+        ).labels(*values)
+        self.iteration_tokens = hist(
+            "vllm:iteration_tokens_total",
+            "Histogram of number of tokens per engine_step.",
+            [float(b) for b in _ITERATION_BUCKETS],
+        ).labels(*values)
+        self.max_gen_tokens = hist(
+            "vllm:request_max_num_generation_tokens",
+            "Histogram of maximum number of requested generation tokens.",
+            build_1_2_5_buckets(mlen),
+        ).labels(*values)
+        self.params_n = hist(
+            "vllm:request_params_n",
+            "Histogram of the n request parameter.",
+            [1.0, 2.0, 5.0, 10.0, 20.0],
+        ).labels(*values)
+        self.params_max_tokens = hist(
+            "vllm:request_params_max_tokens",
+            "Histogram of the max_tokens request parameter.",
+            build_1_2_5_buckets(mlen),
+        ).labels(*values)
+        self.ttft = hist(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            _TTFT_BUCKETS,
+        ).labels(*values)
+        self.itl = hist(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            _ITL_BUCKETS,
+        ).labels(*values)
+        self.tpot = hist(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            _ITL_BUCKETS,
+        ).labels(*values)
+        lat = _REQUEST_LATENCY_BUCKETS
+        self.e2e = hist(
+            "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", lat
+        ).labels(*values)
+        self.queue_time = hist(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            lat,
+        ).labels(*values)
+        self.inference_time = hist(
+            "vllm:request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase for request.",
+            lat,
+        ).labels(*values)
+        self.prefill_time = hist(
+            "vllm:request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.",
+            lat,
+        ).labels(*values)
+        self.decode_time = hist(
+            "vllm:request_decode_time_seconds",
+            "Histogram of time spent in DECODE phase for request.",
+            lat,
+        ).labels(*values)
+        self.prefill_kv_computed = hist(
+            "vllm:request_prefill_kv_computed_tokens",
+            "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            build_1_2_5_buckets(mlen),
+        ).labels(*values)
+        info = {
+            "block_size": str(config.block_size),
+            "cache_dtype": "auto",
+            "enable_prefix_caching": str(config.enable_prefix_caching),
+            "gpu_memory_utilization": "0.9",
+            "num_cpu_blocks": "None",
+            "num_gpu_blocks": str(config.num_gpu_blocks),
+            "num_gpu_blocks_override": "None",
+            "engine": "0",
+        }
+        Gauge(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            list(info),
+            registry=reg,
+            multiprocess_mode="mostrecent",
+        ).labels(**info).set(1)
+
+    def record_scheduler(self, *, running: int, waiting: int, kv_usage: float) -> None:
+        self.running.set(running)
+        self.waiting.set(waiting)
+        self.kv_usage.set(kv_usage)
+
+    def record_step(self, result: StepResult, *, cached_tokens: int) -> None:
+        self.prefix_queries.inc(result.prefix_queries)
+        self.prefix_hits.inc(result.prefix_hits)
+        self.preemptions.inc(result.num_preempted)
+        self.prompt_tokens.inc(result.num_prompt_tokens)
+        self.prompt_by_source["local_compute"].inc(result.num_prompt_tokens - cached_tokens)
+        self.prompt_by_source["local_cache_hit"].inc(cached_tokens)
+        self.prompt_cached.inc(cached_tokens)
+        self.generation_tokens.inc(result.num_generation_tokens)
+        self.iteration_tokens.observe(result.iteration_tokens)
+        for v in result.ttfts:
+            self.ttft.observe(v)
+        for v in result.itls:
+            self.itl.observe(v)
+        for f in result.finished:
+            self.record_finished(f.reason, f.e2e, f.queued, f.prefill, f.decode, f.inference)
+            self.req_prompt_tokens.observe(f.prompt_tokens)
+            self.req_gen_tokens.observe(f.generation_tokens)
+            self.prefill_kv_computed.observe(f.prefill_kv_computed)
+            if f.max_tokens_param:
+                self.params_max_tokens.observe(f.max_tokens_param)
+            if f.generation_tokens > 1:
+                self.tpot.observe(f.decode / (f.generation_tokens - 1))
+
+    def record_finished(
+        self,
+        reason: FinishReason,
+        e2e: float,
+        queued: float,
+        prefill: float,
+        decode: float,
+        inference: float,
+    ) -> None:
+        self.success[reason].inc()
+        self.e2e.observe(e2e)
+        self.queue_time.observe(max(0.0, queued))
+        self.prefill_time.observe(max(0.0, prefill))
+        self.decode_time.observe(max(0.0, decode))
+        self.inference_time.observe(max(0.0, inference))
+
+    def record_arrival(self, *, max_tokens: int) -> None:
+        self.params_n.observe(1)
+        self.max_gen_tokens.observe(max_tokens)
