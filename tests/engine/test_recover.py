@@ -1,0 +1,150 @@
+"""Crash safety: a harness killed with SIGKILL leaves a ledger that `faultday recover` replays."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from faultday.engine.ledger import Ledger
+from faultday.engine.recover import recover_run
+from faultday.injectors.base import Revert
+from tests.conftest import FAULTDAY, ROOT, faultday, processes_mentioning
+
+DATA = Path(__file__).parent / "data"
+
+
+def _wait(pred, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _start_run(tmp_path: Path, scenario: str) -> tuple[subprocess.Popen[bytes], Path]:
+    report = tmp_path / "r"
+    proc = subprocess.Popen(
+        [*FAULTDAY, "run", str(DATA / scenario), "--report-dir", str(report), "--no-progress"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    run_dir = _wait(lambda: next(iter(report.glob("*/ledger.jsonl")), None), 30, "a ledger").parent
+    return proc, run_dir
+
+
+def _paused_ticker(run_dir: Path) -> psutil.Process:
+    def find() -> psutil.Process | None:
+        if not Ledger.in_dir(run_dir).outstanding_reverts():
+            return None
+        for p in processes_mentioning(str(run_dir)):
+            if "ticker.beat" in " ".join(p.cmdline()) and p.status() == psutil.STATUS_STOPPED:
+                return p
+        return None
+
+    return _wait(find, 30, "the ticker to be paused")
+
+
+def _beats(run_dir: Path) -> bool:
+    beat = run_dir / "ticker.beat"
+    first = beat.read_text()
+    time.sleep(0.3)
+    return beat.read_text() != first
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_recover_after_sigkill_resumes_the_paused_child(tmp_path: Path) -> None:
+    harness, run_dir = _start_run(tmp_path, "long-pause.scenario.yaml")
+    try:
+        ticker = _paused_ticker(run_dir)
+        assert not _beats(run_dir)
+        harness.send_signal(signal.SIGKILL)
+        harness.wait(10)
+        time.sleep(0.2)
+        assert ticker.status() == psutil.STATUS_STOPPED  # nobody reverted it
+        # Replay the reverts but keep the processes, to see the child run again.
+        r = faultday("recover", str(run_dir), "--keep-processes")
+        assert r.returncode == 0, r.stderr
+        assert "reverted process_pause on ticker (fault freeze)" in r.stdout
+        assert ticker.status() != psutil.STATUS_STOPPED
+        assert _beats(run_dir)
+        assert not Ledger.in_dir(run_dir).outstanding_reverts()
+        # A second recover stops what the crashed run left running.
+        r = faultday("recover", "--report-dir", str(tmp_path / "r"))
+        assert r.returncode == 0, r.stderr
+        _wait(lambda: not processes_mentioning(str(run_dir)), 10, "processes to stop")
+        assert faultday("recover", str(run_dir)).stdout.strip().endswith("nothing outstanding")
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_sigint_aborts_reverts_and_exits_3(tmp_path: Path) -> None:
+    harness, run_dir = _start_run(tmp_path, "long-pause.scenario.yaml")
+    try:
+        _paused_ticker(run_dir)
+        harness.send_signal(signal.SIGINT)
+        assert harness.wait(30) == 3
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+    j = json.loads((run_dir / "journal.json").read_text())
+    assert j["verdict"] == "aborted"
+    assert "SIGINT" in j["reason"]
+    assert not Ledger.in_dir(run_dir).outstanding_reverts()
+    assert not Ledger.in_dir(run_dir).outstanding_processes()
+
+
+def _sleeper(tmp_path: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", f"import time; time.sleep(60)  # {tmp_path}"], start_new_session=True
+    )
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_reverts_run_lifo_and_a_failing_one_does_not_stop_the_others(tmp_path: Path) -> None:
+    procs = [_sleeper(tmp_path) for _ in range(3)]
+    try:
+        ledger = Ledger.in_dir(tmp_path)
+        reverts = []
+        for i, p in enumerate(procs):
+            os.kill(p.pid, signal.SIGSTOP)
+            data = {"pid": p.pid, "create_time": psutil.Process(p.pid).create_time()}
+            if i == 1:
+                data["create_time"] = "not a number"  # this revert will fail
+            rev = Revert(injector="process_pause", fault=f"f{i}", target=f"p{i}", action="sigcont", data=data)
+            ledger.add_revert(rev)
+            reverts.append(rev)
+        result = recover_run(tmp_path, stop_processes=False)
+        assert result.reverted == 2 and result.failed == 1
+        done = [r for r in ledger.records() if r["op"] == "done"]
+        assert [d["id"] for d in done] == [reverts[2].id, reverts[1].id, reverts[0].id]
+        assert [d["ok"] for d in done] == [True, False, True]
+        assert any("FAILED to revert process_pause on p1" in m for m in result.messages)
+        assert psutil.Process(procs[0].pid).status() != psutil.STATUS_STOPPED
+        assert psutil.Process(procs[2].pid).status() != psutil.STATUS_STOPPED
+        assert psutil.Process(procs[1].pid).status() == psutil.STATUS_STOPPED
+        # The failed one stays outstanding, for a later recover to retry.
+        assert [r.id for r in ledger.outstanding_reverts()] == [reverts[1].id]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_a_torn_last_ledger_line_is_tolerated(tmp_path: Path) -> None:
+    ledger = Ledger.in_dir(tmp_path)
+    rev = Revert(injector="process_pause", fault="f", target="t", action="sigcont", data={})
+    ledger.add_revert(rev)
+    with ledger.path.open("a") as fh:
+        fh.write('{"op": "done", "id": ')  # the harness died mid-write
+    assert [r.id for r in ledger.outstanding_reverts()] == [rev.id]
