@@ -1,0 +1,290 @@
+"""GPU faults on an LLM component: loss, hang, throttle, KV-cache pressure.
+
+Two kinds of target (DESIGN.md §5):
+
+* ``llmsim`` — the simulator's fault admin API (``POST /admin/faults``), which
+  reproduces what vLLM does when its GPU fails;
+* ``vllm`` — a real server: ``gpu_loss`` SIGKILLs its ``VLLM::EngineCore``
+  child (exactly what an Xid 79 does to it), ``gpu_hang`` SIGSTOPs that child
+  and SIGCONTs it at window end.
+
+A lost GPU does not come back by itself: the revert of ``gpu_loss`` restarts the
+component through the stack driver (``ctx.restart``) and waits until it serves.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import uuid
+from typing import ClassVar
+
+import httpx
+import psutil
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from faultday.errors import InjectionError, RevertError
+from faultday.injectors.base import FaultContext, Injector, NoParams, Revert, Target
+
+log = logging.getLogger(__name__)
+
+LLMSIM = "llmsim"
+VLLM = "vllm"
+ADMIN_TIMEOUT_S = 5.0
+ENGINE_CORE_MARK = "EngineCore"
+
+
+class GpuLossParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    xid: int = Field(default=79, ge=1, le=999, description="Xid the simulator logs and dies of")
+    oom: bool = Field(default=False, description="die of CUDA OOM instead of an Xid (simulator)")
+    restart: bool = Field(default=True, description="restart the component at window end")
+    restart_timeout: float = Field(default=120.0, gt=0, description="seconds to wait for ready")
+
+
+class ThrottleParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    factor: float = Field(default=3.0, ge=1.0, description="every engine step takes factor× longer")
+
+
+class KvPressureParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    factor: float = Field(default=0.25, gt=0, le=1.0, description="usable KV blocks × factor")
+
+
+# --- helpers -------------------------------------------------------------------------------------
+def admin_base(target: Target) -> str:
+    base = target.admin_url or target.url
+    if not base:
+        raise InjectionError(f"{target.name}: no admin_url or url to reach the simulator")
+    if "://" not in base:
+        base = "http://" + base
+    return base.rstrip("/")
+
+
+def _post_fault(base: str, body: dict[str, JsonValue], target: str) -> None:
+    try:
+        resp = httpx.post(f"{base}/admin/faults", json=body, timeout=ADMIN_TIMEOUT_S)
+    except httpx.HTTPError as exc:
+        raise InjectionError(f"{target}: fault admin API unreachable at {base}: {exc}") from exc
+    if resp.status_code != 200:
+        raise InjectionError(f"{target}: {base}/admin/faults answered {resp.status_code}: "
+                             f"{resp.text[:300]}")  # fmt: skip
+
+
+def _delete_fault(base: str, fault_id: str, target: str) -> None:
+    try:
+        resp = httpx.delete(f"{base}/admin/faults/{fault_id}", timeout=ADMIN_TIMEOUT_S)
+    except httpx.ConnectError:
+        log.info("%s: simulator not listening; fault %s went with it", target, fault_id)
+        return
+    except httpx.HTTPError as exc:
+        raise RevertError(f"{target}: could not clear fault {fault_id}: {exc}") from exc
+    if resp.status_code != 200:
+        raise RevertError(f"{target}: clearing fault {fault_id} answered {resp.status_code}")
+
+
+def _engine_state(base: str) -> str | None:
+    """The simulator's engine state (running/hung/dead), or None when unreachable."""
+    try:
+        resp = httpx.get(f"{base}/admin/faults", timeout=ADMIN_TIMEOUT_S)
+        return str(resp.json().get("engine")) if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def find_engine_core(api_pid: int) -> psutil.Process:
+    """The ``VLLM::EngineCore`` process under a vLLM API server."""
+    try:
+        children = psutil.Process(api_pid).children(recursive=True)
+    except psutil.NoSuchProcess as exc:
+        raise InjectionError(f"vLLM API server process {api_pid} is not running") from exc
+    for child in children:
+        try:
+            if ENGINE_CORE_MARK in child.name() or ENGINE_CORE_MARK in " ".join(child.cmdline()):
+                return child
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    raise InjectionError(f"no {ENGINE_CORE_MARK} process under pid {api_pid}")
+
+
+def _same_process(pid: int, create_time: float) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return abs(proc.create_time() - create_time) < 0.01 and proc.status() != "zombie"
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _signal(pid: int, create_time: float, sig: signal.Signals) -> bool:
+    if not _same_process(pid, create_time):
+        return False
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _component_type(target: Target, allowed: frozenset[str]) -> str:
+    kind = target.component_type
+    if kind not in allowed:
+        raise InjectionError(
+            f"{target.name}: component type {kind!r} has no GPU to break here; "
+            f"supported: {', '.join(sorted(allowed))}"
+        )
+    return kind
+
+
+def _engine_data(target: Target) -> dict[str, JsonValue]:
+    if target.pid is None:
+        raise InjectionError(f"{target.name}: no pid (a real vLLM must run under the process "
+                             "driver for its EngineCore to be found)")  # fmt: skip
+    core = find_engine_core(target.pid)
+    return {"mode": VLLM, "engine_pid": core.pid, "engine_create_time": core.create_time()}
+
+
+def _admin_data(target: Target) -> dict[str, JsonValue]:
+    return {"mode": LLMSIM, "admin": admin_base(target), "fault_id": "fd-" + uuid.uuid4().hex[:12]}
+
+
+def _int(data: dict[str, JsonValue], key: str) -> int:
+    value = data.get(key)
+    return int(value) if isinstance(value, int | float | str) else 0
+
+
+def _float(data: dict[str, JsonValue], key: str, default: float = 0.0) -> float:
+    value = data.get(key)
+    return float(value) if isinstance(value, int | float | str) else default
+
+
+# --- the injectors -------------------------------------------------------------------------------
+class GpuLoss(Injector):
+    """The GPU falls off the bus (Xid 79 and kin): the engine dies; restarted at window end."""
+
+    name: ClassVar[str] = "gpu_loss"
+    summary: ClassVar[str] = "GPU lost (Xid/OOM): engine dies, in-flight requests fail"
+    Params: ClassVar[type[BaseModel]] = GpuLossParams
+    component_types: ClassVar[frozenset[str] | None] = frozenset({LLMSIM, VLLM})
+
+    def prepare(self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str) -> Revert:
+        assert isinstance(params, GpuLossParams)
+        kind = _component_type(target, frozenset({LLMSIM, VLLM}))
+        data = _admin_data(target) if kind == LLMSIM else _engine_data(target)
+        data["timeout"] = params.restart_timeout
+        return Revert(
+            injector=self.name,
+            fault=fault,
+            target=target.name,
+            action="restart" if params.restart else "none",
+            data=data,
+        )
+
+    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
+        assert isinstance(params, GpuLossParams)
+        data = revert.data
+        if data.get("mode") == LLMSIM:
+            body: dict[str, JsonValue] = {"kind": "oom"} if params.oom else {
+                "kind": "xid", "xid": params.xid}  # fmt: skip
+            body["id"] = str(data["fault_id"])
+            _post_fault(str(data["admin"]), body, target.name)
+            log.info("%s: GPU lost (%s)", target.name, "oom" if params.oom else f"Xid {params.xid}")
+            return
+        pid, created = _int(data, "engine_pid"), _float(data, "engine_create_time")
+        if not _signal(pid, created, signal.SIGKILL):
+            raise InjectionError(f"{target.name}: EngineCore {pid} is gone already")
+        log.info("%s: SIGKILL to EngineCore pid %d (GPU loss)", target.name, pid)
+
+    def revert(self, ctx: FaultContext, revert: Revert) -> None:
+        if revert.action != "restart":
+            return
+        data = revert.data
+        if data.get("mode") == LLMSIM:
+            if _engine_state(str(data["admin"])) in ("running", "hung"):
+                return  # the engine never died (or was already restarted): nothing to do
+        elif _same_process(_int(data, "engine_pid"), _float(data, "engine_create_time")):
+            return  # the kill never landed
+        if not ctx.live:
+            log.warning("%s: not restarted (no live stack during recover)", revert.target)
+            return
+        ctx.restart(revert.target, timeout=_float(data, "timeout", 120.0))
+
+
+class GpuHang(Injector):
+    """The GPU stops making progress while the server still answers health checks."""
+
+    name: ClassVar[str] = "gpu_hang"
+    summary: ClassVar[str] = "GPU hang: tokens stop, /health stays 200 (SIGSTOP of a real EngineCore)"
+    Params: ClassVar[type[BaseModel]] = NoParams
+    component_types: ClassVar[frozenset[str] | None] = frozenset({LLMSIM, VLLM})
+
+    def prepare(self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str) -> Revert:
+        kind = _component_type(target, frozenset({LLMSIM, VLLM}))
+        data = _admin_data(target) if kind == LLMSIM else _engine_data(target)
+        action = "clear" if kind == LLMSIM else "sigcont"
+        return Revert(injector=self.name, fault=fault, target=target.name, action=action,
+                      data=data)  # fmt: skip
+
+    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
+        data = revert.data
+        if data.get("mode") == LLMSIM:
+            _post_fault(str(data["admin"]), {"kind": "hang", "id": str(data["fault_id"])},
+                        target.name)  # fmt: skip
+        else:
+            pid, created = _int(data, "engine_pid"), _float(data, "engine_create_time")
+            if not _signal(pid, created, signal.SIGSTOP):
+                raise InjectionError(f"{target.name}: EngineCore {pid} is not running")
+        log.info("%s: GPU hang", target.name)
+
+    def revert(self, ctx: FaultContext, revert: Revert) -> None:
+        data = revert.data
+        if data.get("mode") == LLMSIM:
+            _delete_fault(str(data["admin"]), str(data["fault_id"]), revert.target)
+            return
+        if _signal(_int(data, "engine_pid"), _float(data, "engine_create_time"), signal.SIGCONT):
+            log.info("%s: EngineCore resumed", revert.target)
+
+
+class _AdminFault(Injector):
+    """A simulator-only fault posted to /admin/faults and cleared by id."""
+
+    kind: ClassVar[str]
+    component_types: ClassVar[frozenset[str] | None] = frozenset({LLMSIM})
+
+    def prepare(self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str) -> Revert:
+        _component_type(target, frozenset({LLMSIM}))
+        return Revert(injector=self.name, fault=fault, target=target.name, action="clear",
+                      data=_admin_data(target))  # fmt: skip
+
+    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
+        factor = getattr(params, "factor", None)
+        body: dict[str, JsonValue] = {"kind": self.kind, "id": str(revert.data["fault_id"])}
+        if factor is not None:
+            body["factor"] = float(factor)
+        _post_fault(str(revert.data["admin"]), body, target.name)
+        log.info("%s: %s %s", target.name, self.kind, body.get("factor", ""))
+
+    def revert(self, ctx: FaultContext, revert: Revert) -> None:
+        _delete_fault(str(revert.data["admin"]), str(revert.data["fault_id"]), revert.target)
+
+
+class GpuThrottle(_AdminFault):
+    """Thermal or power capping: every engine step (so inter-token latency) × factor."""
+
+    name: ClassVar[str] = "gpu_throttle"
+    summary: ClassVar[str] = "GPU clocks throttled: inter-token latency × factor (simulator)"
+    Params: ClassVar[type[BaseModel]] = ThrottleParams
+    kind: ClassVar[str] = "throttle"
+
+
+class KvPressure(_AdminFault):
+    """Usable KV-cache blocks × factor: preemptions, recompute and latency spikes."""
+
+    name: ClassVar[str] = "kv_pressure"
+    summary: ClassVar[str] = "KV-cache capacity × factor: preemptions and latency spikes (simulator)"
+    Params: ClassVar[type[BaseModel]] = KvPressureParams
+    kind: ClassVar[str] = "kv_shrink"
