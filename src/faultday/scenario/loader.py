@@ -57,6 +57,7 @@ class _Validator:
         self.injectors: Registry[Injector] = injector_registry()
         self.checks: Registry[Check] = check_registry()
         self.one_shot: set[str] = set()
+        self.fault_names: set[str] = set()
 
     def add(self, path: PathKey, message: str, *, key: bool = False) -> None:
         self.problems.append(self.doc.problem(path, message, key=key))
@@ -105,7 +106,13 @@ class _Validator:
         try:
             return self.resolve_targets(stack_ref(stack, Path(self.doc.file)))
         except ScenarioError as exc:
-            self.problems.extend(exc.problems)
+            for p in exc.problems:
+                if Path(p.file).is_file():
+                    self.problems.append(p)  # a problem inside the profile file itself
+                elif p.message == "no such file":
+                    self.add(("spec", "stack"), f"no stack profile at {p.file}")
+                else:
+                    self.add(("spec", "stack"), p.message)
         except FaultdayError as exc:
             self.add(("spec", "stack"), str(exc))
         return None
@@ -118,6 +125,8 @@ class _Validator:
         targets = self._targets(stack) if raw else None
         for i, item in enumerate(raw):
             path: PathKey = ("spec", "faults", i)
+            if isinstance(item, dict) and isinstance(item.get("name"), str):
+                self.fault_names.add(item["name"])  # so references to it don't cascade
             try:
                 fault = Fault.model_validate(item)
             except ValidationError:
@@ -187,7 +196,7 @@ class _Validator:
             return
         for key in ("during", "after"):
             ref = getattr(spec, key)
-            if ref and ref not in faults:
+            if ref and ref not in faults and ref not in self.fault_names:
                 self.add((*path, key), f"no fault named {ref!r}{did_you_mean(ref, list(faults))}")
             elif key == "during" and ref in self.one_shot:
                 self.add((*path, key), f"fault {ref!r} has no duration, so no window; use after: {ref}")
