@@ -1,0 +1,1 @@
+"""Agent runtime of the reference stack: RAG chat, agent tasks, resilience policies."""

@@ -1,0 +1,75 @@
+"""``python -m faultday.stack.services.agent --port P --config stack/agent.yaml ...``.
+
+Every option has an environment variable ``FAULTDAY_AGENT_<NAME>`` (e.g.
+``FAULTDAY_AGENT_LLM_PRIMARY``), so a supervisor can wire addresses either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import uvicorn
+
+from faultday.errors import ScenarioError
+from faultday.stack.services.agent.app import build_app
+from faultday.stack.services.agent.config import load_config, select_policy
+from faultday.stack.services.agent.runtime import Endpoints, Runtime
+
+URLS = ("redis", "llm-primary", "llm-backup", "embedder", "qdrant", "tools")
+
+
+def _env(name: str, default: str = "") -> str:
+    return os.environ.get("FAULTDAY_AGENT_" + name.upper().replace("-", "_"), default)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m faultday.stack.services.agent")
+    p.add_argument("--host", default=_env("host", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(_env("port", "0")))
+    p.add_argument("--config", default=_env("config", "stack/agent.yaml"))
+    p.add_argument("--policy", default=_env("policy", "default"))
+    for name in URLS:
+        p.add_argument(f"--{name}", default=_env(name), help=f"base URL of {name}")
+    p.add_argument("--traces", default=_env("traces"), help="JSONL file for spans")
+    p.add_argument("--audit", default=_env("audit"), help="JSONL audit log")
+    p.add_argument("--log-level", default=_env("log_level", "info"))
+    a = p.parse_args(argv)
+    logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    for noisy in ("httpx", "httpx2", "mcp", "stamina"):  # stamina logs each retry at WARNING
+        # One line per request or retry drowns the log; metrics and traces count them.
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    missing = [n for n in URLS if not getattr(a, n.replace("-", "_"))]
+    if missing:
+        p.error("missing dependency URLs: " + ", ".join(f"--{n}" for n in missing))
+    try:
+        cfg = load_config(Path(a.config))
+        policy = select_policy(cfg, a.policy, file=a.config)
+    except ScenarioError as exc:
+        sys.stderr.write(f"invalid agent config:\n{exc}\n")
+        raise SystemExit(2) from exc
+    work = Path(tempfile.mkdtemp(prefix="faultday-agent-"))
+    rt = Runtime(
+        cfg,
+        policy,
+        Endpoints(
+            redis=a.redis,
+            llm_primary=a.llm_primary,
+            llm_backup=a.llm_backup,
+            embedder=a.embedder,
+            qdrant=a.qdrant,
+            tools=a.tools,
+        ),
+        traces=Path(a.traces) if a.traces else work / "traces.jsonl",
+        audit=Path(a.audit) if a.audit else work / "audit.jsonl",
+        policy_name=a.policy,
+    )
+    uvicorn.run(build_app(rt), host=a.host, port=a.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

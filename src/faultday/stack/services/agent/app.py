@@ -1,0 +1,219 @@
+"""The FastAPI app: chat, tasks, health, metrics; admission control at the gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi.responses import JSONResponse
+from opentelemetry.propagate import extract
+from opentelemetry.trace import SpanKind
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ConfigDict, Field
+
+from faultday.stack.services.agent.config import Admission
+from faultday.stack.services.agent.resilience import Deadline
+from faultday.stack.services.agent.runtime import Runtime, Unavailable
+from faultday.stack.services.agent.tasks import Task, TaskEngine, TaskRequest
+
+log = logging.getLogger(__name__)
+
+TRACE_HEADER = "x-faultday-trace-id"
+DEGRADED_HEADER = "x-faultday-degraded"
+
+
+class ChatRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    session_id: str = Field(min_length=1, max_length=200)
+    message: str = Field(min_length=1, max_length=8000)
+    rag: bool = True
+
+
+class Gate:
+    """Admission control: a cap on requests in flight and a bounded queue before it."""
+
+    def __init__(self, cfg: Admission) -> None:
+        self.cfg = cfg
+        self.in_flight = 0
+        self.waiting = 0
+        self._cond = asyncio.Condition()
+
+    async def enter(self) -> bool:
+        async with self._cond:
+            if self.in_flight < self.cfg.max_in_flight:
+                self.in_flight += 1
+                return True
+            if self.waiting >= self.cfg.max_queue:
+                return False
+            self.waiting += 1
+            try:
+                async with asyncio.timeout(self.cfg.queue_timeout):
+                    await self._cond.wait_for(lambda: self.in_flight < self.cfg.max_in_flight)
+            except TimeoutError:
+                return False
+            finally:
+                self.waiting -= 1
+            self.in_flight += 1
+            return True
+
+    async def leave(self) -> None:
+        async with self._cond:
+            self.in_flight -= 1
+            self._cond.notify(1)
+
+
+def build_app(rt: Runtime) -> FastAPI:
+    engine = TaskEngine(rt)
+    gate = Gate(rt.policy.admission)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        engine.start()
+        try:
+            yield
+        finally:
+            await engine.stop()
+            await rt.close()
+
+    app = FastAPI(title="faultday agent runtime", lifespan=lifespan)
+    app.state.runtime = rt
+    app.state.engine = engine
+
+    @app.middleware("http")
+    async def trace_and_admit(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        route = request.url.path
+        gated = route.startswith("/v1/")
+        label = _route_label(route)
+        t0 = time.monotonic()
+        with rt.tracer.start_as_current_span(
+            f"{request.method} {label}",
+            context=extract(dict(request.headers)),
+            kind=SpanKind.SERVER,
+        ) as span:
+            trace_id = f"{span.get_span_context().trace_id:032x}"
+            request.state.trace_id = trace_id
+            if gated and not await gate.enter():
+                rt.metrics.rejected.inc()
+                rt.metrics.requests.labels(label, "429").inc()
+                ra = max(1, round(rt.policy.admission.retry_after))
+                return JSONResponse(
+                    {"error": "too many requests in flight", "trace_id": trace_id},
+                    status_code=429,
+                    headers={"Retry-After": str(ra), TRACE_HEADER: trace_id},
+                )
+            rt.metrics.in_flight.set(gate.in_flight)
+            rt.metrics.queue_depth.labels("gateway").set(gate.waiting)
+            try:
+                response = await call_next(request)
+            finally:
+                if gated:
+                    await gate.leave()
+                    rt.metrics.in_flight.set(gate.in_flight)
+            span.set_attribute("http.status_code", response.status_code)
+        response.headers[TRACE_HEADER] = trace_id
+        rt.metrics.requests.labels(label, str(response.status_code)).inc()
+        rt.metrics.request_seconds.labels(label).observe(time.monotonic() - t0)
+        return response
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        # Liveness of the runtime itself: a dependency outage degrades, it does not kill us.
+        return {
+            "status": "ok",
+            "policy": rt.policy_name,
+            "breakers": {
+                d: rt.res.breaker_state(d)
+                for d in ("llm-primary", "llm-backup", "redis", "embedder", "vector", "tools")
+            },
+            "resumed_tasks": engine.resumed,
+        }
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        try:
+            depth = await asyncio.wait_for(engine.queue_depth(), timeout=0.5)
+            rt.metrics.queue_depth.labels("tasks").set(depth)
+        except Exception:  # noqa: BLE001 - metrics must answer while Redis is down
+            pass
+        return Response(generate_latest(rt.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/v1/chat")
+    async def chat(body: ChatRequest, request: Request) -> JSONResponse:
+        trace_id = request.state.trace_id
+        deadline = Deadline(rt.policy.timeouts.request)
+        try:
+            # A hard stop a little past the deadline, in case a client ignores its timeout.
+            async with asyncio.timeout(rt.policy.timeouts.request + 1.0):
+                result = await rt.chat(
+                    session_id=body.session_id,
+                    message=body.message,
+                    rag=body.rag,
+                    deadline=deadline,
+                )
+        except Unavailable as exc:
+            rt.metrics.degraded.labels("unavailable").inc()
+            return _unavailable(str(exc), exc.retry_after, trace_id)
+        except TimeoutError:
+            return _unavailable("request deadline exceeded", 1.0, trace_id, status=504)
+        result["trace_id"] = trace_id
+        return JSONResponse(
+            result,
+            headers={
+                DEGRADED_HEADER: "true" if result["degraded"] else "false",
+                f"{DEGRADED_HEADER}-reasons": ",".join(result["degraded_reasons"]),
+            },
+        )
+
+    @app.post("/v1/tasks", status_code=202)
+    async def submit(body: TaskRequest, request: Request) -> JSONResponse:
+        trace_id = request.state.trace_id
+        try:
+            task, created = await engine.submit(body, trace_id=trace_id)
+        except KeyError as exc:
+            raise HTTPException(422, f"unknown agent {body.agent!r}") from exc
+        except Unavailable as exc:
+            return _unavailable(str(exc), exc.retry_after, trace_id)
+        return JSONResponse(_task_view(task, trace_id), status_code=202 if created else 200)
+
+    @app.get("/v1/tasks/{task_id}")
+    async def get_task(task_id: str, request: Request) -> JSONResponse:
+        trace_id = request.state.trace_id
+        try:
+            task = await engine.get(task_id)
+        except Exception as exc:  # noqa: BLE001 - DependencyError from the store
+            return _unavailable(f"task store: {exc}", 1.0, trace_id)
+        if task is None:
+            raise HTTPException(404, f"no task {task_id!r}")
+        return JSONResponse(_task_view(task, trace_id))
+
+    return app
+
+
+def _task_view(task: Task, trace_id: str) -> dict[str, Any]:
+    view = task.model_dump(mode="json")
+    view["trace_id"] = trace_id
+    view["task_trace_id"] = task.trace_id
+    view["degraded"] = bool(task.degraded_reasons)
+    return view
+
+
+def _unavailable(msg: str, retry_after: float, trace_id: str, status: int = 503) -> JSONResponse:
+    return JSONResponse(
+        {"error": msg, "trace_id": trace_id, "degraded": True},
+        status_code=status,
+        headers={"Retry-After": str(max(1, round(retry_after))), TRACE_HEADER: trace_id},
+    )
+
+
+def _route_label(path: str) -> str:
+    if path.startswith("/v1/tasks/"):
+        return "/v1/tasks/{id}"
+    return path if path in ("/v1/chat", "/v1/tasks", "/health", "/metrics") else "other"

@@ -1,0 +1,162 @@
+"""``stack/agent.yaml``: the runtime's resilience policies, validated at start-up.
+
+Timeouts are checked as a hierarchy (model call < tool call < task; a chat
+request leaves room for the backup model), so a policy that could never work
+is refused before the runtime serves anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from faultday.errors import Problem, ScenarioError
+from faultday.scenario.types import Duration
+from faultday.yamlpos import parse_file, validation_problems
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Timeouts(_Model):
+    model_call: Duration = Field(description="one LLM call (one attempt)")
+    tool_call: Duration = Field(description="one tool call (one attempt)")
+    task: Duration = Field(description="a whole agent task, every step included")
+    request: Duration = Field(description="a whole chat request at the gateway")
+    redis: Duration = Field(description="one Redis command")
+    embed: Duration = Field(description="one embedder call")
+    vector: Duration = Field(description="one vector search")
+    wait: Duration = Field(description="cap on any wait for another task's result")
+
+
+class Retries(_Model):
+    attempts: int = Field(ge=1, le=20, description="attempts in all, the first included")
+    backoff_initial: Duration
+    backoff_max: Duration
+    jitter: Duration
+    budget_ratio: float | None = Field(
+        ge=0, le=10, description="retries allowed per request (token bucket); null = no budget"
+    )
+    budget_min_per_s: float = Field(default=1.0, ge=0)
+
+
+class Breakers(_Model):
+    enabled: bool
+    threshold: int = Field(default=5, ge=1, description="consecutive failures that open it")
+    reset_after: Duration = Field(default=5.0, description="open → half-open after this")
+
+
+class Admission(_Model):
+    max_in_flight: int = Field(ge=1)
+    max_queue: int = Field(ge=0)
+    queue_timeout: Duration
+    retry_after: Duration
+
+
+class Policy(_Model):
+    timeouts: Timeouts
+    retries: Retries
+    breakers: Breakers
+    fallback: bool = Field(description="run the fallback chains; false = fail on first loss")
+    admission: Admission
+
+    @model_validator(mode="after")
+    def _hierarchy(self) -> Self:
+        t = self.timeouts
+        if not t.model_call < t.tool_call < t.task:
+            raise ValueError(
+                "timeouts must nest: model_call < tool_call < task "
+                f"(got {t.model_call:g}s, {t.tool_call:g}s, {t.task:g}s)"
+            )
+        if self.fallback and t.request < 2 * t.model_call:
+            raise ValueError(
+                f"timeouts.request ({t.request:g}s) must leave room for the backup model: "
+                f"at least 2 x model_call ({2 * t.model_call:g}s)"
+            )
+        if t.request < t.model_call:
+            raise ValueError("timeouts.request must be at least timeouts.model_call")
+        if t.wait > t.task:
+            raise ValueError("timeouts.wait must not exceed timeouts.task")
+        if self.retries.backoff_initial > self.retries.backoff_max:
+            raise ValueError("retries.backoff_initial must not exceed retries.backoff_max")
+        return self
+
+
+class Step(_Model):
+    tool: str
+    args: dict[str, str | int | float | bool | dict[str, str]] = Field(default_factory=dict)
+
+
+class AgentSpec(_Model):
+    tools: list[str] = Field(description="the tool allowlist (least privilege)")
+    system: str = "You are a helpful operations assistant. Use tools when they help."
+    # Used when the LLM proposes no usable plan: a deterministic, reviewed plan.
+    playbook: list[Step] = Field(default_factory=list)
+
+
+class Models(_Model):
+    primary: str
+    backup: str
+    max_tokens: int = Field(default=128, ge=1, le=4096)
+
+
+class Embedder(_Model):
+    model: str
+    input_name: str = "TEXT"
+    output_name: str = "EMBEDDING"
+
+
+class Vector(_Model):
+    collection: str
+    top_k: int = Field(default=3, ge=1, le=50)
+
+
+class AgentConfig(_Model):
+    version: Literal[1]
+    models: Models
+    embedder: Embedder
+    vector: Vector
+    canned_answer: str
+    history_turns: int = Field(default=6, ge=0, le=100)
+    workers: int = Field(default=4, ge=1, le=64, description="task executors in this runtime")
+    secret_keys: list[str] = Field(
+        default_factory=lambda: ["password", "token", "secret", "api_key", "authorization"],
+        description="argument names whose values the audit log redacts",
+    )
+    agents: dict[str, AgentSpec]
+    policies: dict[str, Policy]
+
+    @model_validator(mode="after")
+    def _names(self) -> Self:
+        if "default" not in self.policies:
+            raise ValueError("policies must define 'default'")
+        if "planner" not in self.agents:
+            raise ValueError("agents must define 'planner' (multi-agent tasks)")
+        for name, spec in self.agents.items():
+            for step in spec.playbook:
+                if step.tool not in spec.tools:
+                    raise ValueError(
+                        f"agents.{name}.playbook uses {step.tool!r}, not in its allowlist"
+                    )
+        return self
+
+
+def load_config(path: Path) -> AgentConfig:
+    """Parse and validate agent.yaml; every problem is reported with file:line:col."""
+    doc = parse_file(path)
+    try:
+        return AgentConfig.model_validate(doc.data)
+    except ValidationError as exc:
+        raise ScenarioError(validation_problems(doc, exc)) from exc
+
+
+def select_policy(cfg: AgentConfig, name: str, *, file: str) -> Policy:
+    if name not in cfg.policies:
+        valid = ", ".join(sorted(cfg.policies))
+        raise ScenarioError(
+            [Problem(file, 1, 1, "policies", f"no policy {name!r}; valid: {valid}")]
+        )
+    return cfg.policies[name]
