@@ -1,0 +1,1 @@
+"""The stack driver: profiles, the process supervisor, components and renderings."""

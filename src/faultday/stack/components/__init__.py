@@ -1,0 +1,166 @@
+"""Built-in component types: how to start, probe and address each kind of service.
+
+A profile names a ``type`` per component; the type supplies the default command
+line, the named ports the supervisor allocates, the readiness probe and the URL
+scheme. A profile may override all of them (``command``, ``ports``, ``ready``),
+which is how a user's own service runs as type ``command``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+
+class ProbeKind(StrEnum):
+    HTTP = "http"
+    TCP = "tcp"
+    REDIS = "redis"
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultProbe:
+    kind: ProbeKind
+    path: str = "/"
+    port: str = "port"
+    timeout: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentType:
+    """What the supervisor needs to know about one kind of component."""
+
+    name: str
+    summary: str
+    argv: tuple[str, ...] = ()  # templated; empty = the profile must give ``command``
+    ports: tuple[str, ...] = ("port",)
+    scheme: str = "http"
+    probe: DefaultProbe = DefaultProbe(ProbeKind.TCP)
+    admin_path: str = ""  # fault admin API under the base URL, where the service has one
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    image: str = ""  # docker/k8s renderings
+    module: str = ""  # python module run with ``-m`` (to report it missing clearly)
+
+
+def _py(module: str, *extra: str) -> tuple[str, ...]:
+    return ("{python}", "-m", module, "--host", "{host}", "--port", "{port}", *extra)
+
+
+_FAULTDAY_IMAGE = "ghcr.io/faultday/faultday:latest"
+
+_TYPES: tuple[ComponentType, ...] = (
+    ComponentType(
+        name="command",
+        summary="any program; the profile gives its command line, ports and probe",
+    ),
+    ComponentType(
+        name="redis",
+        summary="the real redis-server, no persistence",
+        argv=(
+            "redis-server",
+            "--port",
+            "{port}",
+            "--bind",
+            "{host}",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "no",
+        ),
+        scheme="redis",
+        probe=DefaultProbe(ProbeKind.REDIS, timeout=10.0),
+        image="redis:7.4",
+    ),
+    ComponentType(
+        name="triton",
+        summary="PyTriton's tritonserver (CPU) serving a 384-d embedder, KServe v2 HTTP",
+        argv=(
+            "{python}",
+            "-m",
+            "faultday.stack.services.embedder",
+            "--http-port",
+            "{port}",
+            "--grpc-port",
+            "{port:grpc}",
+            "--metrics-port",
+            "{port:metrics}",
+        ),
+        ports=("port", "grpc", "metrics"),
+        probe=DefaultProbe(ProbeKind.HTTP, path="/v2/health/ready", timeout=60.0),
+        # tritonserver's Python backend stub must find the interpreter's libpython.
+        env=MappingProxyType({"LD_LIBRARY_PATH": "{libpython_dir}:{env:LD_LIBRARY_PATH}"}),
+        image="nvcr.io/nvidia/tritonserver:24.08-py3",
+        module="faultday.stack.services.embedder",
+    ),
+    ComponentType(
+        name="qdrant",
+        summary="Qdrant-REST-compatible front over the Qdrant engine (qdrant-edge), seeded",
+        argv=_py("faultday.stack.services.vectordb", "--data-dir", "{run_dir}/qdrant"),
+        probe=DefaultProbe(ProbeKind.HTTP, path="/readyz", timeout=30.0),
+        admin_path="/admin",
+        image="qdrant/qdrant:v1.12.4",
+        module="faultday.stack.services.vectordb",
+    ),
+    ComponentType(
+        name="llmsim",
+        summary="vLLM-compatible simulator with GPU-fault semantics",
+        argv=_py("faultday.stack.services.llmsim"),
+        probe=DefaultProbe(ProbeKind.HTTP, path="/health", timeout=30.0),
+        admin_path="/admin/faults",
+        image=_FAULTDAY_IMAGE,
+        module="faultday.stack.services.llmsim",
+    ),
+    ComponentType(
+        name="vllm",
+        summary="real vLLM OpenAI server (local-real profile)",
+        argv=(
+            "{python}",
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--host",
+            "{host}",
+            "--port",
+            "{port}",
+        ),
+        probe=DefaultProbe(ProbeKind.HTTP, path="/health", timeout=600.0),
+        image="vllm/vllm-openai:v0.6.3",
+        module="vllm.entrypoints.openai.api_server",
+    ),
+    ComponentType(
+        name="proxy",
+        summary="faultday's Toxiproxy-API-compatible fault proxy",
+        argv=_py("faultday.proxy"),
+        probe=DefaultProbe(ProbeKind.HTTP, path="/version", timeout=20.0),
+        image="ghcr.io/shopify/toxiproxy:2.9.0",
+        module="faultday.proxy",
+    ),
+    ComponentType(
+        name="tools",
+        summary="MCP tool server (streamable HTTP) with capacity limits",
+        argv=_py("faultday.stack.services.tools"),
+        probe=DefaultProbe(ProbeKind.HTTP, path="/health", timeout=30.0),
+        admin_path="/admin",
+        image=_FAULTDAY_IMAGE,
+        module="faultday.stack.services.tools",
+    ),
+    ComponentType(
+        name="agent",
+        summary="agent runtime (FastAPI): RAG chat and agent tasks with resilience policies",
+        argv=_py("faultday.stack.services.agent", "--policy", "{policy}"),
+        probe=DefaultProbe(ProbeKind.HTTP, path="/health", timeout=30.0),
+        admin_path="/admin",
+        image=_FAULTDAY_IMAGE,
+        module="faultday.stack.services.agent",
+    ),
+)
+
+COMPONENT_TYPES: Mapping[str, ComponentType] = MappingProxyType({t.name: t for t in _TYPES})
+
+
+def component_type(name: str) -> ComponentType:
+    return COMPONENT_TYPES[name]

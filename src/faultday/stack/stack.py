@@ -1,0 +1,434 @@
+"""The process driver: a stack profile brought up as supervised local processes.
+
+``Stack`` is what the engine codes against: ``up``/``down``/``restart``,
+``pause``/``resume``, ``target(name)`` for injectors, ``describe()`` for the
+journal and ``faultday stack status``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import httpx
+from pydantic import BaseModel, ConfigDict
+
+from faultday.engine.ledger import Ledger
+from faultday.errors import StackError
+from faultday.injectors.base import Target, TargetKind
+from faultday.plugins import did_you_mean
+from faultday.stack.components import ProbeKind
+from faultday.stack.profile import TEMPLATE_RE, Edge, StackProfile
+from faultday.stack.supervisor import (
+    HOST,
+    Launch,
+    ProcState,
+    Supervisor,
+    free_port,
+    probe_once,
+    stop_recorded_processes,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ComponentInfo", "EdgeInfo", "Stack", "StackInfo", "stop_recorded_processes"]
+
+PROXY_API_TIMEOUT = 5.0
+LOG_DIR = "logs"
+RUN_MARKER = "FAULTDAY_STACK_RUN"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ComponentInfo(_Frozen):
+    name: str
+    type: str
+    url: str
+    admin_url: str
+    ports: dict[str, int]
+    pid: int | None
+    health: str  # ready, unready, paused, restarting, exited, stopped, not started
+    restarts: int
+    log: str
+
+
+class EdgeInfo(_Frozen):
+    name: str
+    src: str
+    dst: str
+    listen: str  # host:port the source connects to
+    upstream: str  # host:port of the destination
+    proxy_name: str
+    proxy_api: str
+
+
+class StackInfo(_Frozen):
+    profile: str
+    source: str
+    run_dir: str
+    policy: str
+    components: tuple[ComponentInfo, ...]
+    edges: tuple[EdgeInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Ports chosen for one ``up``: kept across restarts so edges stay valid."""
+
+    ports: dict[str, dict[str, int]]
+    edge_ports: dict[str, int]
+
+
+_DISTS = {
+    "triton": "nvidia-pytriton",
+    "qdrant": "qdrant-edge-py",
+    "vllm": "vllm",
+}
+
+
+class Stack:
+    """A running (or runnable) instance of a stack profile on this machine."""
+
+    def __init__(
+        self,
+        profile: StackProfile,
+        *,
+        run_dir: Path,
+        ledger: Ledger,
+        policy: str | None = None,
+    ) -> None:
+        self.profile = profile
+        self.run_dir = run_dir
+        self.ledger = ledger
+        self.policy = policy or profile.spec.policy
+        self.supervisor = Supervisor(ledger=ledger)
+        self._plan: _Plan | None = None
+        self._edges = {e.name: e for e in profile.edges()}
+
+    # -- naming -------------------------------------------------------------------
+
+    def target_names(self) -> list[str]:
+        return self.profile.target_names()
+
+    def log_path(self, component: str) -> Path:
+        return self.run_dir / LOG_DIR / f"{component}.log"
+
+    @property
+    def proxied(self) -> bool:
+        return self.profile.spec.proxy is not None
+
+    # -- addresses ------------------------------------------------------------------
+
+    def _plan_or_raise(self) -> _Plan:
+        if self._plan is None:
+            raise StackError("the stack is not up")
+        return self._plan
+
+    def _port(self, component: str, name: str = "port") -> int:
+        return self._plan_or_raise().ports[component][name]
+
+    def _url(self, component: str, port: int) -> str:
+        return f"{self.profile.ctype(component).scheme}://{HOST}:{port}"
+
+    def endpoints(self) -> dict[str, str]:
+        """Component → base URL (direct, not through the proxy)."""
+        return {c: self._url(c, self._port(c)) for c in self.profile.spec.components}
+
+    def _seen_port(self, src: str, dst: str) -> int:
+        """The port ``src`` must dial to reach ``dst``: the edge's when proxied."""
+        name = f"{src}->{dst}"
+        if self.proxied and name in self._edges:
+            return self._plan_or_raise().edge_ports[name]
+        return self._port(dst)
+
+    def _proxy_api(self) -> str:
+        proxy = self.profile.spec.proxy
+        return self._url(proxy, self._port(proxy)) if proxy else ""
+
+    # -- templates ------------------------------------------------------------------
+
+    def _render(self, component: str, text: str) -> str:
+        spec = self.profile.spec.components[component]
+
+        def sub(m: re.Match[str]) -> str:
+            key, arg = m.group(1), m.group(2)
+            if key == "port":
+                return str(self._port(component, arg or "port"))
+            if key in ("url", "endpoint"):
+                return self._url(arg, self._seen_port(component, arg))
+            if key == "addr":
+                return f"{HOST}:{self._seen_port(component, arg)}"
+            if key == "setting":
+                return str(spec.settings[arg])
+            if key == "env":
+                return os.environ.get(arg, "")
+            plain = {
+                "host": HOST,
+                "python": sys.executable,
+                "run_dir": str(self.run_dir),
+                "log_dir": str(self.run_dir / LOG_DIR),
+                "name": component,
+                "policy": self.policy,
+                "libpython_dir": str(sysconfig.get_config_var("LIBDIR") or ""),
+            }
+            return plain[key]
+
+        return TEMPLATE_RE.sub(sub, text)
+
+    def _launch(self, component: str) -> Launch:
+        spec = self.profile.spec.components[component]
+        argv = tuple(self._render(component, a) for a in self.profile.argv_template(component))
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        # Inherited by every descendant: lets tests and `stack down` find strays.
+        env[RUN_MARKER] = str(self.run_dir)
+        for k, v in self.profile.env_template(component).items():
+            env[k] = self._render(component, v).strip(":")
+        return Launch(
+            component=component,
+            argv=argv,
+            env=env,
+            log_path=self.log_path(component),
+            cwd=self.run_dir,
+            restart=spec.restart,
+            stop_grace=spec.stop_grace,
+        )
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def up(self, *, timeout: float = 120.0) -> None:
+        """Start every component in dependency order, independent ones in parallel."""
+        if self._plan is not None:
+            raise StackError("the stack is already up")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / LOG_DIR).mkdir(exist_ok=True)
+        self._plan = _Plan(
+            ports={
+                c: {p: free_port() for p in self.profile.ports(c)}
+                for c in self.profile.spec.components
+            },
+            edge_ports={e: free_port() for e in self._edges} if self.proxied else {},
+        )
+        deadline = time.monotonic() + timeout
+        try:
+            self._start_all(deadline)
+        except BaseException:
+            self.down()
+            raise
+
+    def _start_all(self, deadline: float) -> None:
+        comps = list(self.profile.start_order())
+        deps = {c: self.profile.dependencies(c) for c in comps}
+        done: set[str] = set()
+        running: dict[Future[None], str] = {}
+        with ThreadPoolExecutor(max_workers=max(1, len(comps)), thread_name_prefix="up") as pool:
+            while len(done) < len(comps):
+                for c in comps:
+                    if c not in done and c not in running.values() and deps[c] <= done:
+                        running[pool.submit(self._start_one, c, deadline)] = c
+                left = deadline - time.monotonic()
+                finished, _ = wait(
+                    list(running), timeout=max(0.0, left), return_when=FIRST_COMPLETED
+                )
+                if not finished:
+                    names = ", ".join(sorted(running.values()))
+                    raise StackError(
+                        f"stack not up within the overall timeout; waiting for {names}"
+                    )
+                for f in finished:
+                    c = running.pop(f)
+                    f.result()  # raises the component's StackError
+                    done.add(c)
+
+    def _start_one(self, component: str, deadline: float) -> None:
+        self._create_edges(component)
+        self.supervisor.start(self._launch(component))
+        self._wait_ready(component, deadline - time.monotonic())
+        log.info("%s ready", component)
+
+    def _wait_ready(self, component: str, timeout: float) -> None:
+        probe = self.profile.probe(component)
+        port = self._port(component, probe.port) if probe.kind != ProbeKind.NONE else 0
+        self.supervisor.wait_ready(component, probe, port=port, timeout=max(0.1, timeout))
+
+    def _create_edges(self, component: str) -> None:
+        """Create the proxies for the edges leaving ``component`` (Toxiproxy API)."""
+        if not self.proxied:
+            return
+        for e in self._edges.values():
+            if e.src == component:
+                self._create_edge(e)
+
+    def _create_edge(self, e: Edge) -> None:
+        plan = self._plan_or_raise()
+        body = {
+            "name": e.proxy_name,
+            "listen": f"{HOST}:{plan.edge_ports[e.name]}",
+            "upstream": f"{HOST}:{self._port(e.dst)}",
+            "enabled": True,
+        }
+        try:
+            r = httpx.post(f"{self._proxy_api()}/proxies", json=body, timeout=PROXY_API_TIMEOUT)
+        except httpx.HTTPError as exc:
+            raise StackError(f"edge {e.name}: proxy API unreachable: {exc}") from exc
+        if r.status_code == 409:  # already there (proxy kept it across a restart of src)
+            return
+        if r.status_code >= 300:
+            raise StackError(f"edge {e.name}: proxy API answered {r.status_code}: {r.text[:300]}")
+
+    def down(self) -> None:
+        """Stop every process (by process group); idempotent, never raises for dead ones."""
+        self.supervisor.stop_all()
+        self._plan = None
+
+    def restart(self, component: str, *, timeout: float) -> None:
+        """Stop a component and start it again on the same ports; wait until ready."""
+        self._check_component(component)
+        self.supervisor.stop(component)
+        self.supervisor.respawn(component)
+        self._wait_ready(component, timeout)
+        if component == self.profile.spec.proxy:
+            for e in self._edges.values():  # a fresh proxy process knows no proxies
+                self._create_edge(e)
+
+    def pause(self, component: str) -> None:
+        self._check_component(component)
+        self.supervisor.pause(component)
+
+    def resume(self, component: str) -> None:
+        self._check_component(component)
+        self.supervisor.resume(component)
+
+    def _check_component(self, component: str) -> None:
+        comps = set(self.profile.spec.components)
+        if component not in comps:
+            raise StackError(f"no component {component!r}{did_you_mean(component, comps)}")
+
+    # -- targets and descriptions -----------------------------------------------------
+
+    def target(self, name: str) -> Target:
+        """A component or an edge (``agent->qdrant``) resolved for an injector."""
+        if name in self.profile.spec.components:
+            m = self.supervisor.managed(name)
+            ctype = self.profile.ctype(name)
+            url = self._url(name, self._port(name))
+            return Target(
+                name=name,
+                kind=TargetKind.COMPONENT,
+                component_type=ctype.name,
+                url=url,
+                admin_url=f"{url}{ctype.admin_path}" if ctype.admin_path else "",
+                pid=m.pid if m is not None else None,
+            )
+        if name in self._edges:
+            if not self.proxied:
+                raise StackError(f"edge {name!r} is not proxied in profile {self.profile.name!r}")
+            e = self._edges[name]
+            plan = self._plan_or_raise()
+            return Target(
+                name=name,
+                kind=TargetKind.EDGE,
+                component_type=self.profile.ctype(e.dst).name,
+                url=f"{HOST}:{plan.edge_ports[name]}",
+                proxy_api=self._proxy_api(),
+                proxy_name=e.proxy_name,
+                upstream=f"{HOST}:{self._port(e.dst)}",
+            )
+        names = set(self.target_names())
+        raise StackError(f"no component or edge {name!r}{did_you_mean(name, names)}")
+
+    def versions(self) -> dict[str, str]:
+        return {c: _version_of(self.profile.ctype(c).name) for c in self.profile.spec.components}
+
+    def _health(self, component: str) -> str:
+        m = self.supervisor.managed(component)
+        if m is None:
+            return "not started"
+        if m.state != ProcState.RUNNING:
+            return m.state.value
+        if m.exit_code() is not None:
+            return "exited"
+        probe = self.profile.probe(component)
+        port = self._port(component, probe.port) if probe.kind != ProbeKind.NONE else 0
+        return "ready" if probe_once(probe, host=HOST, port=port, timeout=0.5) else "unready"
+
+    def describe(self) -> StackInfo:
+        comps = []
+        up = self._plan is not None
+        for c in self.profile.spec.components:
+            m = self.supervisor.managed(c)
+            ctype = self.profile.ctype(c)
+            url = self._url(c, self._port(c)) if up else ""
+            comps.append(
+                ComponentInfo(
+                    name=c,
+                    type=ctype.name,
+                    url=url,
+                    admin_url=f"{url}{ctype.admin_path}" if url and ctype.admin_path else "",
+                    ports=dict(self._plan.ports[c]) if self._plan else {},
+                    pid=m.pid if m is not None else None,
+                    health=self._health(c) if up else "stopped",
+                    restarts=m.restarts if m is not None else 0,
+                    log=str(self.log_path(c)),
+                )
+            )
+        edges = []
+        for e in self._edges.values():
+            listen = ""
+            upstream = ""
+            if up and self._plan is not None:
+                upstream = f"{HOST}:{self._port(e.dst)}"
+                listen = f"{HOST}:{self._plan.edge_ports[e.name]}" if self.proxied else upstream
+            edges.append(
+                EdgeInfo(
+                    name=e.name,
+                    src=e.src,
+                    dst=e.dst,
+                    listen=listen,
+                    upstream=upstream,
+                    proxy_name=e.proxy_name if self.proxied else "",
+                    proxy_api=self._proxy_api() if up and self.proxied else "",
+                )
+            )
+        return StackInfo(
+            profile=self.profile.name,
+            source=self.profile.source,
+            run_dir=str(self.run_dir),
+            policy=self.policy,
+            components=tuple(comps),
+            edges=tuple(edges),
+        )
+
+
+def _version_of(ctype: str) -> str:
+    if ctype == "redis":
+        try:
+            out = subprocess.run(
+                ["redis-server", "--version"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=False,
+            ).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return "unknown"
+        for word in out.split():
+            if word.startswith("v="):
+                return word[2:]
+        return out.strip() or "unknown"
+    dist = _DISTS.get(ctype, "faultday")
+    try:
+        return f"{dist} {version(dist)}"
+    except PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,460 @@
+"""The process supervisor: start, probe, restart, pause and stop child processes.
+
+Every child runs in its own session (so its own process group) and is written
+to the ledger *before* we wait for it, so ``faultday recover`` can stop it if
+the harness dies at any instant. Stopping signals the whole group: services
+such as PyTriton start helpers (tritonserver, Python backend stubs) that must
+go with them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+import httpx
+import psutil
+
+from faultday.engine.ledger import Ledger, ProcessRecord
+from faultday.errors import StackError
+from faultday.stack.components import ProbeKind
+from faultday.stack.profile import ProbeSpec, RestartPolicy, RestartSpec
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+LOG_TAIL_LINES = 20
+MONITOR_INTERVAL = 0.1
+# A process that stayed up this long has recovered; its backoff starts over.
+HEALTHY_RESET_S = 30.0
+
+
+class ProcState(StrEnum):
+    RUNNING = "running"
+    PAUSED = "paused"
+    RESTARTING = "restarting"
+    EXITED = "exited"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Everything needed to (re)start one component's process."""
+
+    component: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    log_path: Path
+    cwd: Path
+    restart: RestartSpec
+    stop_grace: float
+
+
+def free_port(host: str = HOST) -> int:
+    """A port the kernel just handed out on ``host``; free at the moment of return."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last lines of a log file (reads at most the final 64 KiB)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 65536))
+            data = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return data.splitlines()[-lines:]
+
+
+def probe_once(probe: ProbeSpec, *, host: str, port: int, timeout: float = 1.0) -> bool:
+    """One readiness attempt; True when the service answers as expected."""
+    try:
+        if probe.kind == ProbeKind.NONE:
+            return True
+        if probe.kind == ProbeKind.HTTP:
+            r = httpx.get(f"http://{host}:{port}{probe.path}", timeout=timeout)
+            return 200 <= r.status_code < 300
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            if probe.kind == ProbeKind.TCP:
+                return True
+            s.settimeout(timeout)
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+    except (OSError, httpx.HTTPError):
+        return False
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+class Managed:
+    """One supervised component process (mutable; guarded by the supervisor's lock)."""
+
+    def __init__(self, launch: Launch) -> None:
+        self.launch = launch
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.record: ProcessRecord | None = None
+        self.state = ProcState.STOPPED
+        self.restarts = 0
+        self.failures = 0  # consecutive, for the backoff
+        self.started_at = 0.0
+        self.next_restart_at = 0.0
+        self.last_exit: int | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen is not None else None
+
+    def exit_code(self) -> int | None:
+        return self.popen.poll() if self.popen is not None else None
+
+
+class Supervisor:
+    """Owns the child processes of one stack; restarts them per policy."""
+
+    def __init__(
+        self, *, ledger: Ledger, on_event: Callable[[str, str], None] | None = None
+    ) -> None:
+        self.ledger = ledger
+        self._procs: dict[str, Managed] = {}
+        self._lock = threading.RLock()
+        self._on_event = on_event
+        self._stop_monitor = threading.Event()
+        self._monitor: threading.Thread | None = None
+
+    # -- starting ---------------------------------------------------------------
+
+    def start(self, launch: Launch) -> Managed:
+        """Spawn a component's process and record it in the ledger (no waiting)."""
+        with self._lock:
+            m = self._procs.get(launch.component)
+            if m is not None and m.state in (ProcState.RUNNING, ProcState.PAUSED):
+                raise StackError(f"component {launch.component!r} is already running")
+            m = Managed(launch)
+            self._procs[launch.component] = m
+            self._spawn(m)
+        self._ensure_monitor()
+        return m
+
+    def _spawn(self, m: Managed) -> None:
+        launch = m.launch
+        launch.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with launch.log_path.open("ab") as logf:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+            logf.write(f"--- {stamp} faultday starts: {' '.join(launch.argv)}\n".encode())
+            logf.flush()
+            try:
+                popen = subprocess.Popen(
+                    list(launch.argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
+                    env=dict(launch.env),
+                    cwd=launch.cwd,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                m.state = ProcState.EXITED
+                raise StackError(
+                    f"component {launch.component!r} could not start {launch.argv[0]!r}: {exc}"
+                ) from exc
+        try:
+            created = psutil.Process(popen.pid).create_time()
+        except psutil.Error:
+            created = time.time()  # already gone; the record still lets recover skip it
+        m.popen = popen
+        m.record = ProcessRecord(launch.component, popen.pid, popen.pid, created)
+        self.ledger.add_process(m.record)
+        m.state = ProcState.RUNNING
+        m.started_at = time.monotonic()
+        log.info("started %s pid=%d", launch.component, popen.pid)
+        self._event(launch.component, f"started pid={popen.pid}")
+
+    def wait_ready(self, component: str, probe: ProbeSpec, *, port: int, timeout: float) -> None:
+        """Poll the probe until it passes; StackError with the log's tail otherwise."""
+        m = self._get(component)
+        limit = min(timeout, probe.timeout)
+        deadline = time.monotonic() + limit
+        while True:
+            code = m.exit_code()
+            if code is not None:
+                raise self._failure(m, f"exited with code {code} before it was ready")
+            if probe_once(probe, host=HOST, port=port, timeout=min(1.0, limit)):
+                return
+            if time.monotonic() >= deadline:
+                what = probe.path if probe.kind == ProbeKind.HTTP else probe.kind.value
+                raise self._failure(
+                    m, f"not ready after {limit:g}s (probe {probe.kind} {HOST}:{port} {what})"
+                )
+            time.sleep(probe.interval)
+
+    def _failure(self, m: Managed, why: str) -> StackError:
+        lines = tail(m.launch.log_path)
+        body = "\n".join(f"  | {ln}" for ln in lines) or "  | (empty)"
+        return StackError(
+            f"component {m.launch.component!r} {why}\n"
+            f"log file: {m.launch.log_path}\n"
+            f"last {len(lines)} log lines:\n{body}"
+        )
+
+    # -- stopping ---------------------------------------------------------------
+
+    def stop(self, component: str, *, grace: float | None = None) -> None:
+        self.stop_many([component], grace=grace)
+
+    def stop_many(self, components: list[str], *, grace: float | None = None) -> None:
+        """TERM every group at once, wait, then KILL what is left; idempotent."""
+        with self._lock:
+            victims = [self._procs[c] for c in components if c in self._procs]
+            for m in victims:
+                m.state = ProcState.STOPPED  # first, so the monitor does not restart it
+            for m in victims:
+                if m.record is not None:
+                    _signal_group(m.record.pgid, signal.SIGTERM)
+                    # A paused group holds SIGTERM pending until it runs again.
+                    _signal_group(m.record.pgid, signal.SIGCONT)
+        for m in victims:
+            g = grace if grace is not None else m.launch.stop_grace
+            self._reap(m, time.monotonic() + g)
+
+    def _reap(self, m: Managed, deadline: float) -> None:
+        if m.popen is None or m.record is None:
+            return
+        pgid = m.record.pgid
+        while time.monotonic() < deadline:
+            if m.popen.poll() is not None and not _group_alive(pgid):
+                break
+            time.sleep(0.02)
+        else:
+            log.warning("%s did not stop in time; SIGKILL", m.launch.component)
+            _signal_group(pgid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                m.popen.wait(timeout=5.0)
+            kill_deadline = time.monotonic() + 2.0
+            while _group_alive(pgid) and time.monotonic() < kill_deadline:
+                time.sleep(0.02)
+        m.last_exit = m.popen.poll()
+        self.ledger.process_stopped(m.record.pid)
+        self._event(m.launch.component, f"stopped pid={m.record.pid}")
+
+    def stop_all(self, *, grace: float | None = None) -> None:
+        self._stop_monitor.set()
+        with self._lock:
+            names = list(self._procs)
+        self.stop_many(names, grace=grace)
+        if self._monitor is not None and self._monitor is not threading.current_thread():
+            self._monitor.join(timeout=2.0)
+        self._monitor = None
+
+    # -- pause / resume / kill --------------------------------------------------
+
+    def pause(self, component: str) -> None:
+        m = self._running(component)
+        assert m.record is not None
+        _signal_group(m.record.pgid, signal.SIGSTOP)
+        m.state = ProcState.PAUSED
+        # Delivery is asynchronous; callers expect "paused" to be true on return.
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            try:
+                if psutil.Process(m.record.pid).status() in (
+                    psutil.STATUS_STOPPED,
+                    psutil.STATUS_ZOMBIE,
+                ):
+                    break
+            except psutil.Error:
+                break
+            time.sleep(0.005)
+        self._event(component, "paused")
+
+    def resume(self, component: str) -> None:
+        m = self._get(component)
+        if m.record is None:
+            raise StackError(f"component {component!r} has no process")
+        _signal_group(m.record.pgid, signal.SIGCONT)
+        if m.state == ProcState.PAUSED:
+            m.state = ProcState.RUNNING
+        self._event(component, "resumed")
+
+    # -- queries ----------------------------------------------------------------
+
+    def _get(self, component: str) -> Managed:
+        with self._lock:
+            m = self._procs.get(component)
+        if m is None:
+            raise StackError(f"component {component!r} was not started")
+        return m
+
+    def _running(self, component: str) -> Managed:
+        m = self._get(component)
+        if m.record is None or m.exit_code() is not None:
+            raise StackError(f"component {component!r} is not running")
+        return m
+
+    def managed(self, component: str) -> Managed | None:
+        with self._lock:
+            return self._procs.get(component)
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return list(self._procs)
+
+    # -- restart policy ---------------------------------------------------------
+
+    def _ensure_monitor(self) -> None:
+        with self._lock:
+            if self._monitor is not None and self._monitor.is_alive():
+                return
+            self._stop_monitor.clear()
+            self._monitor = threading.Thread(
+                target=self._watch, name="faultday-supervisor", daemon=True
+            )
+            self._monitor.start()
+
+    def _watch(self) -> None:
+        while not self._stop_monitor.wait(MONITOR_INTERVAL):
+            with self._lock:
+                for m in list(self._procs.values()):
+                    self._check(m)
+
+    def _check(self, m: Managed) -> None:
+        now = time.monotonic()
+        if m.state == ProcState.RESTARTING:
+            if now >= m.next_restart_at:
+                self._restart_now(m)
+            return
+        if m.state != ProcState.RUNNING:
+            return
+        code = m.exit_code()
+        if code is None:
+            if now - m.started_at > HEALTHY_RESET_S:
+                m.failures = 0
+            return
+        assert m.record is not None
+        # The leader is gone; do not leave its helpers behind before respawning.
+        _signal_group(m.record.pgid, signal.SIGKILL)
+        self.ledger.process_stopped(m.record.pid)
+        m.last_exit = code
+        self._event(m.launch.component, f"exited code={code}")
+        policy = m.launch.restart
+        if policy.policy != RestartPolicy.ON_FAILURE or code == 0:
+            m.state = ProcState.EXITED
+            return
+        if m.restarts >= policy.max_restarts:
+            log.error("%s failed %d times; giving up", m.launch.component, m.restarts)
+            m.state = ProcState.EXITED
+            return
+        delay = min(policy.backoff * (2**m.failures), policy.max_backoff)
+        m.failures += 1
+        m.state = ProcState.RESTARTING
+        m.next_restart_at = now + delay
+        log.warning("%s exited with %d; restart in %.2fs", m.launch.component, code, delay)
+
+    def _restart_now(self, m: Managed) -> None:
+        m.restarts += 1
+        try:
+            self._spawn(m)
+        except StackError as exc:
+            log.error("%s", exc)  # noqa: TRY400 - the message is the whole story
+            m.state = ProcState.EXITED
+
+    def respawn(self, component: str) -> Managed:
+        """Start a stopped/exited component again with the same launch (same ports)."""
+        m = self._get(component)
+        with self._lock:
+            if m.state in (ProcState.RUNNING, ProcState.PAUSED):
+                raise StackError(f"component {component!r} is still running")
+            m.restarts += 1
+            self._spawn(m)
+        self._ensure_monitor()
+        return m
+
+    def _event(self, component: str, what: str) -> None:
+        if self._on_event is not None:
+            try:
+                self._on_event(component, what)
+            except Exception:  # a hook must never break supervision; it is logged
+                log.exception("supervisor event hook failed")
+
+
+def stop_recorded_processes(ledger: Ledger, *, grace: float = 3.0) -> list[str]:
+    """Stop every outstanding ProcessRecord by process group; never a recycled PID.
+
+    For ``faultday recover``: the harness that started them is gone, so only the
+    ledger knows them. Returns one message per record.
+    """
+    messages: list[str] = []
+    todo: list[ProcessRecord] = []
+    for rec in ledger.outstanding_processes():
+        try:
+            p = psutil.Process(rec.pid)
+            same = abs(p.create_time() - rec.create_time) < 0.05
+        except psutil.NoSuchProcess:
+            same = None
+        except psutil.Error as exc:
+            messages.append(f"{rec.component} pid={rec.pid}: cannot inspect: {exc}")
+            continue
+        if same is False:
+            # The PID now belongs to another process; its group id can't be ours either.
+            messages.append(
+                f"{rec.component} pid={rec.pid}: PID reused by another process; left alone"
+            )
+            ledger.process_stopped(rec.pid)
+            continue
+        if same is None and not _group_alive(rec.pgid):
+            messages.append(f"{rec.component} pid={rec.pid}: already gone")
+            ledger.process_stopped(rec.pid)
+            continue
+        # Leader alive (verified), or leader gone with helpers left in its group: the
+        # kernel never hands out a PID that is still in use as a process-group id.
+        _signal_group(rec.pgid, signal.SIGTERM)
+        _signal_group(rec.pgid, signal.SIGCONT)
+        todo.append(rec)
+    deadline = time.monotonic() + grace
+    for rec in todo:
+        while _group_alive(rec.pgid) and time.monotonic() < deadline:
+            _reap_child(rec.pid)
+            time.sleep(0.02)
+        how = "stopped (SIGTERM)"
+        if _group_alive(rec.pgid):
+            _signal_group(rec.pgid, signal.SIGKILL)
+            how = "killed (SIGKILL after SIGTERM)"
+            kill_deadline = time.monotonic() + 2.0
+            while _group_alive(rec.pgid) and time.monotonic() < kill_deadline:
+                _reap_child(rec.pid)
+                time.sleep(0.02)
+        ledger.process_stopped(rec.pid)
+        messages.append(f"{rec.component} pid={rec.pid}: {how}")
+    return messages
+
+
+def _reap_child(pid: int) -> None:
+    # When the caller is the parent (same harness), reap so the zombie leaves the group.
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
