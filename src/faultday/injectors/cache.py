@@ -1,0 +1,187 @@
+"""Redis faults: ``cache_flush`` (sessions and checkpoints lost) and ``redis_outage``.
+
+``redis_outage`` on an *edge* disables the proxy in front of Redis through the
+Toxiproxy API (``POST /proxies/{name}`` with ``{"enabled": false}``), so
+clients see refused connections; on a *component* it stops the server process
+(SIGSTOP, SIGCONT at revert), so clients hang until their timeouts. (Redis's
+``CLIENT PAUSE ALL`` would be gentler but also blocks the ``CLIENT UNPAUSE``
+that should end it: Redis 7.0 queues it like any other command.) ``cache_flush``
+is one-shot: data that is gone stays gone, and its revert only records that.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from typing import ClassVar
+
+import httpx
+import psutil
+import redis
+from pydantic import BaseModel, ConfigDict, Field
+
+from faultday.errors import InjectionError, RevertError
+from faultday.injectors.base import FaultContext, Injector, Revert, Target, TargetKind
+
+log = logging.getLogger(__name__)
+
+REDIS = "redis"
+TIMEOUT_S = 5.0
+SCAN_BATCH = 500
+
+
+class CacheFlushParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pattern: str | None = Field(
+        default=None, description="delete only matching keys (e.g. 'fd:session:*'); default all"
+    )
+
+
+class RedisOutageParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def redis_url(target: Target) -> str:
+    url = target.url
+    if not url:
+        raise InjectionError(f"{target.name}: no url for the Redis component")
+    return url if "://" in url else f"redis://{url}"
+
+
+def _client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S)
+
+
+def set_edge_enabled(proxy_api: str, proxy_name: str, *, enabled: bool, target: str) -> None:
+    """Enable or disable one proxy on a Toxiproxy-API server (faultday's or the real one)."""
+    base = proxy_api if "://" in proxy_api else f"http://{proxy_api}"
+    url = f"{base.rstrip('/')}/proxies/{proxy_name}"
+    err = RevertError if enabled else InjectionError
+    try:
+        resp = httpx.post(url, json={"enabled": enabled}, timeout=TIMEOUT_S)
+    except httpx.HTTPError as exc:
+        raise err(f"{target}: proxy API unreachable at {url}: {exc}") from exc
+    if resp.status_code not in (200, 201):
+        raise err(f"{target}: {url} answered {resp.status_code}: {resp.text[:300]}")
+
+
+def _edge_check(target: Target) -> None:
+    if not (target.proxy_api and target.proxy_name):
+        raise InjectionError(f"{target.name}: edge has no proxy_api/proxy_name")
+
+
+class CacheFlush(Injector):
+    """Lose every session and checkpoint: FLUSHDB (or delete the keys matching a pattern)."""
+
+    name = "cache_flush"
+    summary = "Redis data lost (FLUSHDB or a key pattern); one-shot"
+    Params = CacheFlushParams
+    component_types: ClassVar[frozenset[str] | None] = frozenset({REDIS})
+    one_shot: ClassVar[bool] = True
+
+    def prepare(
+        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+    ) -> Revert:
+        assert isinstance(params, CacheFlushParams)
+        return Revert(
+            injector=self.name,
+            fault=fault,
+            target=target.name,
+            action="record_only",
+            data={"url": redis_url(target), "pattern": params.pattern},
+        )
+
+    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
+        assert isinstance(params, CacheFlushParams)
+        try:
+            with _client(redis_url(target)) as r:
+                if params.pattern is None:
+                    r.flushdb()
+                    return
+                deleted = 0
+                for batch in _batches(r.scan_iter(match=params.pattern, count=SCAN_BATCH)):
+                    deleted += int(r.delete(*batch))  # type: ignore[arg-type]
+                log.info("%s: deleted %d keys matching %s", target.name, deleted, params.pattern)
+        except redis.RedisError as exc:
+            raise InjectionError(f"{target.name}: flush failed: {exc}") from exc
+
+    def revert(self, ctx: FaultContext, revert: Revert) -> None:
+        # Lost data cannot be given back; the revert exists so the ledger shows the fault closed.
+        log.info("%s: cache_flush is one-shot; nothing to revert", revert.target)
+
+
+def _batches(keys: object) -> list[list[bytes]]:
+    out: list[list[bytes]] = [[]]
+    for k in keys:  # type: ignore[attr-defined]
+        if len(out[-1]) >= SCAN_BATCH:
+            out.append([])
+        out[-1].append(k)
+    return [b for b in out if b]
+
+
+class RedisOutage(Injector):
+    """Redis unreachable: the edge's proxy disabled, or the server paused (CLIENT PAUSE ALL)."""
+
+    name = "redis_outage"
+    summary = "Redis unreachable (proxy disabled) or unresponsive (SIGSTOP)"
+    Params = RedisOutageParams
+    target_kinds: ClassVar[frozenset[TargetKind]] = frozenset(
+        {TargetKind.EDGE, TargetKind.COMPONENT}
+    )
+    component_types: ClassVar[frozenset[str] | None] = frozenset({REDIS})
+
+    def prepare(
+        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+    ) -> Revert:
+        if target.kind == TargetKind.EDGE:
+            _edge_check(target)
+            return Revert(
+                injector=self.name,
+                fault=fault,
+                target=target.name,
+                action="enable_proxy",
+                data={"proxy_api": target.proxy_api, "proxy_name": target.proxy_name},
+            )
+        if target.pid is None:
+            raise InjectionError(f"{target.name}: no pid to stop (component not run by us?)")
+        try:
+            created = psutil.Process(target.pid).create_time()
+        except psutil.NoSuchProcess as exc:
+            raise InjectionError(f"{target.name}: process {target.pid} is not running") from exc
+        return Revert(
+            injector=self.name,
+            fault=fault,
+            target=target.name,
+            action="sigcont",
+            data={"pid": target.pid, "create_time": created},
+        )
+
+    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
+        if revert.action == "enable_proxy":
+            set_edge_enabled(target.proxy_api, target.proxy_name, enabled=False, target=target.name)
+            return
+        try:
+            os.kill(int(str(revert.data["pid"])), signal.SIGSTOP)
+        except ProcessLookupError as exc:
+            raise InjectionError(f"{target.name}: process gone before SIGSTOP") from exc
+
+    def revert(self, ctx: FaultContext, revert: Revert) -> None:
+        if revert.action == "enable_proxy":
+            set_edge_enabled(
+                str(revert.data["proxy_api"]),
+                str(revert.data["proxy_name"]),
+                enabled=True,
+                target=revert.target,
+            )
+            return
+        pid = int(str(revert.data["pid"]))
+        try:
+            proc = psutil.Process(pid)
+            if abs(proc.create_time() - float(str(revert.data["create_time"]))) > 0.01:
+                log.info("%s: pid %d was recycled; nothing to continue", revert.target, pid)
+                return
+            proc.send_signal(signal.SIGCONT)
+        except psutil.NoSuchProcess:
+            log.info("%s: process %d is gone; nothing to continue", revert.target, pid)
