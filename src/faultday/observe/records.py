@@ -24,6 +24,8 @@ class RequestRecord:
     reasons: tuple[str, ...] = ()
     model: str = ""
     error: str = ""
+    task_id: str = ""  # agent tasks: the id the runtime gave it
+    task_state: str = ""  # agent tasks: the last state seen (done, failed, lost, unfinished)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,1 @@
+"""Load: Locust workloads run in a subprocess, each request streamed back to the harness."""

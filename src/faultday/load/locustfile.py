@@ -1,0 +1,310 @@
+"""The locustfile: runs ONLY inside the Locust child process (it is gevent-patched).
+
+Never import this module in the harness. It reads its ``LoadConfig`` from the
+``FAULTDAY_LOAD`` environment variable and streams one JSON line per request
+to the harness' event socket as soon as the request ends: the exact raw
+events the time series and the checks are computed from (Locust's own stats
+round latencies into buckets; ours do not).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from typing import Any
+
+from gevent.lock import Semaphore
+from locust import FastHttpUser, LoadTestShape, constant, events, task
+from locust.exception import StopUser
+
+from faultday.load.config import ENV_VAR, LoadConfig, Shape, Workload, users_at
+
+log = logging.getLogger("faultday.load.locustfile")
+
+CONFIG = LoadConfig.model_validate_json(os.environ[ENV_VAR])
+QUESTIONS = (
+    "How do I rotate the API keys of the billing service?",
+    "What is our on-call escalation policy for SEV2 incidents?",
+    "Summarise last quarter's revenue by region.",
+    "Which GPUs does the inference cluster use and how are they monitored?",
+    "How do I restore the vector index from a snapshot?",
+    "What does the runbook say about a circuit breaker that stays open?",
+    "Explain the retry budget of the agent runtime.",
+    "Who approves a change to the production model?",
+)
+TERMINAL = ("done", "failed")
+
+
+class Sink:
+    """One connection to the harness; one JSON line per event; safe across greenlets."""
+
+    def __init__(self, address: str) -> None:
+        host, port = address.rsplit(":", 1)
+        self._sock = socket.create_connection((host, int(port)), timeout=10)
+        self._lock = Semaphore()
+        self.sent = 0
+        self.capped = False
+
+    def send(self, event: dict[str, Any]) -> None:
+        line = (json.dumps(event, separators=(",", ":")) + "\n").encode()
+        with self._lock:
+            try:
+                self._sock.sendall(line)
+            except OSError:
+                # The harness went away: nobody is listening, so stop loading.
+                self.capped = True
+                return
+        self.sent += 1
+        if CONFIG.max_requests is not None and self.sent >= CONFIG.max_requests:
+            self.capped = True
+
+    def close(self) -> None:
+        with self._lock, contextlib.suppress(OSError):
+            self._sock.close()
+
+
+_SINK: list[Sink] = []  # one per process, made by the first user that needs it
+_SINK_LOCK = Semaphore()
+
+
+def _sink() -> Sink:
+    # Connecting yields to other greenlets; the lock keeps it to one connection.
+    with _SINK_LOCK:
+        if not _SINK:
+            _SINK.append(Sink(CONFIG.sink))
+    return _SINK[0]
+
+
+@events.test_stop.add_listener
+def _close_sink(**_: Any) -> None:
+    for s in _SINK:
+        s.close()
+
+
+def _parse_sse(resp: Any, start: float, out: dict[str, Any]) -> str:
+    """Read an SSE body; fill ttft, itl and tokens; return the text seen (for errors)."""
+    buf = ""
+    last: float | None = None
+    itl: list[float] = []
+    tokens = 0
+    error = ""
+    for chunk in resp.iter_content(chunk_size=4096, decode_content=True):
+        buf += chunk if isinstance(chunk, str) else chunk.decode("utf-8", "replace")
+        while "\n" in buf:
+            line, buf = buf.split("\n", 1)
+            line = line.strip()
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                continue
+            now = time.perf_counter()
+            if '"error"' in data:
+                error = data[:200]
+            if not _has_token(data):
+                continue
+            tokens += 1
+            if last is None:
+                out["ttft"] = round(now - start, 6)
+            else:
+                itl.append(round(now - last, 6))
+            last = now
+    out["itl"] = itl
+    out["tok"] = tokens
+    return error
+
+
+def _has_token(data: str) -> bool:
+    """An OpenAI-style chunk with content (role-only and usage-only chunks carry no token)."""
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return bool(data)
+    if not isinstance(obj, dict):
+        return True
+    for choice in obj.get("choices") or ():
+        delta = choice.get("delta") or {}
+        if delta.get("content") or choice.get("text") or delta.get("tool_calls"):
+            return True
+    return "token" in obj or "content" in obj
+
+
+class FaultdayUser(FastHttpUser):
+    """One simulated client; what it does depends on the configured workload."""
+
+    host = CONFIG.base_urls.get(
+        "agent" if CONFIG.workload != Workload.HTTP else CONFIG.http.target, "http://127.0.0.1:1"
+    )
+    wait_time = constant(CONFIG.think_time)
+    network_timeout = CONFIG.request_timeout
+    connection_timeout = min(CONFIG.request_timeout, 10.0)
+
+    def on_start(self) -> None:
+        self.rng = random.Random(CONFIG.seed + id(self))  # noqa: S311 - load mix, not crypto
+        self.session_id = uuid.uuid4().hex[:12]
+        self.sink = _sink()
+        names = [w for w in ("chat", "rag", "agent") if CONFIG.weights.get(w, 0) > 0]
+        self.mix = names or ["chat"]
+        self.mix_weights = [CONFIG.weights.get(w, 0) for w in self.mix]
+
+    @task
+    def one(self) -> None:
+        if self.sink.capped or time.time() >= CONFIG.end_wall:
+            raise StopUser
+        workload = CONFIG.workload
+        if workload == Workload.MIXED:
+            workload = Workload(self.rng.choices(self.mix, self.mix_weights)[0])
+        if workload in (Workload.CHAT, Workload.RAG):
+            self._chat(rag=workload == Workload.RAG)
+        elif workload == Workload.AGENT:
+            self._agent_task()
+        elif workload == Workload.HTTP:
+            spec = CONFIG.http
+            self._request(
+                f"{spec.method} {spec.path}", spec.method, spec.path, spec.body, stream=spec.stream
+            )
+        else:
+            raise StopUser
+
+    # ---- workloads --------------------------------------------------------------------
+    def _chat(self, *, rag: bool) -> None:
+        body = {"session_id": self.session_id, "message": self.rng.choice(QUESTIONS), "rag": rag}
+        self._request("rag" if rag else "chat", "POST", "/v1/chat", body, stream=False)
+
+    def _agent_task(self) -> None:
+        goal = f"{self.rng.choice(QUESTIONS)} (ref {uuid.uuid4().hex[:8]})"
+        body = {"agent": CONFIG.agent, "goal": goal, "idempotency_key": uuid.uuid4().hex}
+        submitted = time.time()
+        ev = self._request("task.submit", "POST", "/v1/tasks", body, stream=False)
+        task_id = str(ev.get("tid") or "")
+        if not ev["ok"] or not task_id:
+            return
+        state, info, last_status = "unknown", {}, 0
+        deadline = min(time.time() + CONFIG.task_timeout, CONFIG.end_wall)
+        while time.time() < deadline:
+            self._sleep(CONFIG.poll_interval)
+            status, info = self._poll(task_id)
+            last_status = status
+            if status == 404:
+                state = "lost"  # accepted, then forgotten: the runtime lost it
+                break
+            state = str(info.get("status") or state)
+            if state in TERMINAL:
+                break
+        else:
+            state = state if state in TERMINAL else "unfinished"
+        reasons = info.get("degraded_reasons") or []
+        self._emit(
+            {
+                "ts": submitted,
+                "d": round(time.time() - submitted, 6),
+                "ok": state == "done",
+                "s": last_status,
+                "n": "task",
+                "tid": task_id,
+                "st": state,
+                "deg": bool(reasons),
+                "r": list(reasons),
+                "m": str(info.get("model") or ""),
+                "e": ""
+                if state == "done"
+                else f"task {state}: {str(info.get('error') or '')[:160]}",
+            }
+        )
+
+    def _poll(self, task_id: str) -> tuple[int, dict[str, Any]]:
+        resp = self.client.get(f"/v1/tasks/{task_id}", name="task.poll")
+        status = int(resp.status_code or 0)
+        try:
+            data = resp.json() if status == 200 else {}
+        except ValueError:
+            data = {}
+        return status, data if isinstance(data, dict) else {}
+
+    def _sleep(self, seconds: float) -> None:
+        import gevent  # noqa: PLC0415 - the child is gevent-patched; sleep cooperatively
+
+        gevent.sleep(seconds)
+
+    # ---- one request, measured --------------------------------------------------------
+    def _request(
+        self, name: str, method: str, path: str, body: Any, *, stream: bool
+    ) -> dict[str, Any]:
+        wall = time.time()
+        start = time.perf_counter()
+        ev: dict[str, Any] = {"ts": wall, "n": name}
+        kwargs: dict[str, Any] = {"name": name, "stream": True}
+        if body is not None:
+            kwargs["json"] = body
+        resp = self.client.request(method, path, **kwargs)
+        status = int(resp.status_code or 0)
+        error = ""
+        payload: Any = None
+        try:
+            ctype = (resp.headers or {}).get("content-type", "") if status else ""
+            if status and "text/event-stream" in ctype:
+                error = _parse_sse(resp, start, ev)
+            elif status:
+                raw = resp.content or b""
+                if "json" in ctype and raw:
+                    payload = json.loads(raw)
+        except Exception as exc:  # noqa: BLE001 - any read failure is this request's error
+            error = f"{type(exc).__name__}: {exc}"[:200]
+        ev["d"] = round(time.perf_counter() - start, 6)
+        if status == 0:
+            error = error or str(getattr(resp, "error", "") or "no response")[:200]
+        ok = 200 <= status < 400 and not error
+        ev.update(ok=ok, s=status, e=error or ("" if ok else f"HTTP {status}"))
+        self._degraded(resp, payload, ev)
+        if name == "task.submit" and isinstance(payload, dict):
+            ev["tid"] = str(payload.get("id") or payload.get("task_id") or "")
+        self._emit(ev)
+        ev["json"] = payload if isinstance(payload, dict) else None
+        return ev
+
+    @staticmethod
+    def _degraded(resp: Any, payload: Any, ev: dict[str, Any]) -> None:
+        header = (resp.headers or {}).get("x-faultday-degraded", "") if resp.status_code else ""
+        reasons: list[str] = [
+            r.strip() for r in header.split(",") if r.strip() not in ("", "0", "1", "true", "false")
+        ]
+        if isinstance(payload, dict):
+            reasons += [
+                str(r) for r in payload.get("degraded_reasons") or () if str(r) not in reasons
+            ]
+            if payload.get("model"):
+                ev["m"] = str(payload["model"])
+            usage = payload.get("usage") or {}
+            if isinstance(usage, dict) and usage.get("completion_tokens"):
+                ev["tok"] = int(usage["completion_tokens"])
+            elif isinstance(payload.get("answer"), str):
+                ev["tok"] = len(payload["answer"].split())
+            ev["deg"] = bool(payload.get("degraded")) or bool(reasons)
+        else:
+            ev["deg"] = bool(reasons) or header.strip().lower() in ("1", "true")
+        ev["r"] = reasons
+
+    def _emit(self, ev: dict[str, Any]) -> None:
+        if ev["ts"] < CONFIG.end_wall:
+            self.sink.send({k: v for k, v in ev.items() if k != "json"})
+
+
+class FaultdayShape(LoadTestShape):
+    """constant, ramp, step or spike, on the harness' scenario clock; ends by itself."""
+
+    def tick(self) -> tuple[int, float] | None:
+        now = time.time()
+        if now >= CONFIG.end_wall or CONFIG.workload == Workload.NONE:
+            return None
+        t = CONFIG.scenario_time(now)
+        users = users_at(CONFIG.shape, t, duration=CONFIG.duration / CONFIG.time_scale)
+        rate = CONFIG.shape.spawn_rate
+        if CONFIG.shape.kind == Shape.SPIKE:
+            rate = max(rate, float(users))  # a spike arrives at once
+        return users, rate

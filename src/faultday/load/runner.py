@@ -1,0 +1,244 @@
+"""Locust as a participant of a run: a subprocess (or a master and N workers) and an event sink."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from faultday.engine.participants import RunView
+from faultday.errors import FaultdayError
+from faultday.load.config import (
+    ENV_VAR,
+    HttpRequestSpec,
+    LoadConfig,
+    Shape,
+    ShapeSpec,
+    Workload,
+)
+from faultday.load.sink import EventSink, SinkStats
+from faultday.observe.timebase import TimeBase
+from faultday.scenario.models import LoadSpec
+
+log = logging.getLogger(__name__)
+
+LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+STOP_GRACE = 3.0  # real seconds between SIGTERM and SIGKILL
+WORKERS_TIMEOUT = 30.0  # real seconds the master waits for its workers
+
+
+class LoadError(FaultdayError):
+    """The load generator could not be configured or started."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadOptions:
+    """What the scenario's ``load:`` block does not (yet) say; defaults suit the agent runtime."""
+
+    http: HttpRequestSpec = field(default_factory=HttpRequestSpec)
+    think_time: float = 0.0  # real seconds
+    request_timeout: float = 30.0
+    task_timeout: float = 120.0
+    log_name: str = "load"
+
+
+def shape_of(spec: LoadSpec) -> ShapeSpec:
+    return ShapeSpec(
+        kind=Shape(str(spec.shape)),
+        users=spec.users,
+        spawn_rate=spec.spawn_rate,
+        step_users=spec.step_users,
+        step_every=spec.step_every,
+        spike_users=spec.spike_users,
+        spike_at=spec.spike_at,
+        spike_duration=spec.spike_duration,
+    )
+
+
+def split_cap(total: int | None, parts: int) -> list[int | None]:
+    """Share a request cap between ``parts`` processes (each gets at least 1)."""
+    if total is None:
+        return [None] * parts
+    base, extra = divmod(total, parts)
+    return [max(1, base + (1 if i < extra else 0)) for i in range(parts)]
+
+
+class LocustLoad:
+    """Drives a workload through Locust in child processes; streams every request back."""
+
+    name = "load"
+
+    def __init__(self, spec: LoadSpec, options: LoadOptions | None = None) -> None:
+        self.spec = spec
+        self.options = options or LoadOptions()
+        self.workload = Workload(spec.workload)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.sink: EventSink | None = None
+        self._run: RunView | None = None
+        self._logs: list[Path] = []
+        self._stopped = False
+
+    @property
+    def stats(self) -> SinkStats:
+        return self.sink.stats if self.sink is not None else SinkStats()
+
+    # ---- Participant ---------------------------------------------------------------------
+    def start(self, run: RunView) -> None:
+        self._run = run
+        endpoints = run.endpoints()
+        target = "agent" if self.workload != Workload.HTTP else self.options.http.target
+        if target not in endpoints:
+            known = ", ".join(sorted(endpoints)) or "none"
+            raise LoadError(
+                f"load workload {self.workload} needs component {target!r}; the stack has {known}"
+            )
+        scale = run.clock.scale
+        timebase = TimeBase(run.clock, warmup=run.scenario.spec.warmup)
+        expected_t0 = timebase.expected_t0
+        # Records wait in the sink until the engine fixes t=0, so their t is exact.
+        self.sink = EventSink(run.observations.add_requests, timebase.exact)
+        self.sink.start()
+        base = LoadConfig(
+            workload=self.workload,
+            shape=shape_of(self.spec),
+            sink=self.sink.address,
+            base_urls=endpoints,
+            http=self.options.http,
+            t0_wall=expected_t0,
+            duration=run.scenario.spec.duration * scale,
+            time_scale=scale,
+            max_requests=self.spec.max_requests,
+            request_timeout=self.options.request_timeout,
+            task_timeout=self.options.task_timeout,
+            think_time=self.options.think_time,
+        )
+        logs = run.run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        try:
+            self._spawn(base, logs)
+        except OSError as exc:
+            self.stop()
+            raise LoadError(f"could not start Locust: {exc}") from exc
+        run.event(
+            "load.started",
+            f"{self.workload}, {self.spec.users} users, {self.spec.shape}",
+            workers=self.spec.workers,
+            pids=[p.pid for p in self.procs],
+        )
+
+    def _spawn(self, base: LoadConfig, logs: Path) -> None:
+        common = [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(LOCUSTFILE),
+            "--headless",
+            "--only-summary",
+            "--loglevel",
+            "WARNING",
+            "--exit-code-on-error",
+            "0",
+        ]
+        workers = self.spec.workers
+        if workers == 0:
+            self._popen([*common], base, logs / f"{self.options.log_name}.log")
+            return
+        port = _free_port()
+        master = [
+            *common,
+            "--master",
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(port),
+            "--expect-workers",
+            str(workers),
+            "--expect-workers-max-wait",
+            str(int(WORKERS_TIMEOUT)),
+        ]
+        caps = split_cap(base.max_requests, workers)
+        self._popen(master, base, logs / f"{self.options.log_name}-master.log")
+        for i in range(workers):
+            argv = [*common, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
+            cfg = base.model_copy(update={"max_requests": caps[i], "seed": i + 1})
+            self._popen(argv, cfg, logs / f"{self.options.log_name}-worker{i}.log")
+
+    def _popen(self, argv: list[str], cfg: LoadConfig, log_path: Path) -> None:
+        env = {**os.environ, ENV_VAR: cfg.model_dump_json(), "PYTHONUNBUFFERED": "1"}
+        with log_path.open("ab") as fh:
+            # Own session: a Ctrl-C at the terminal reaches the harness, which stops us by PID.
+            proc = subprocess.Popen(
+                argv,
+                env=env,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.procs.append(proc)
+        self._logs.append(log_path)
+        log.info("load process %d: %s", proc.pid, " ".join(argv[2:]))
+
+    def stop(self) -> None:
+        """Kill every Locust process by PID (TERM, then KILL), then drain the sink; idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for p in self.procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE
+        for p in self.procs:
+            try:
+                p.wait(max(0.05, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait(5)
+        if self.sink is not None:
+            self.sink.stop()
+        self._report()
+
+    def _report(self) -> None:
+        run = self._run
+        if run is None:
+            return
+        bad = [
+            (p, path)
+            for p, path in zip(self.procs, self._logs, strict=True)
+            if p.returncode not in (0, -signal.SIGTERM, -signal.SIGKILL)
+        ]
+        for p, path in bad:
+            tail = _tail(path)
+            run.error(f"load process {p.pid} exited with {p.returncode}: {tail}")
+        s = self.stats
+        run.event(
+            "load.stopped",
+            f"{s.events} requests recorded",
+            requests=s.events,
+            bad_lines=s.bad_lines,
+            max_lag=round(s.max_lag, 4),
+            mean_lag=round(s.mean_lag, 4),
+        )
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return f"(no log at {path})"
+    return " | ".join(text[-lines:]) or f"(empty log {path})"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

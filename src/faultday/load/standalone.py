@@ -1,0 +1,46 @@
+"""A RunView without the engine: load and observers against given endpoints (benches, tests)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from faultday.engine.clock import Clock
+from faultday.errors import StackError
+from faultday.injectors.base import Target
+from faultday.observe.records import Observations
+from faultday.scenario.models import Scenario
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class StandaloneRun:
+    """Everything a participant may use, with endpoints given instead of a stack."""
+
+    scenario: Scenario
+    run_dir: Path
+    urls: dict[str, str]
+    clock: Clock = field(default_factory=Clock)
+    observations: Observations = field(default_factory=Observations)
+    events: list[tuple[str, str, dict[str, object]]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def endpoints(self) -> dict[str, str]:
+        return dict(self.urls)
+
+    def target(self, name: str) -> Target:
+        raise StackError(f"no stack in a standalone run (asked for {name!r})")
+
+    def event(self, kind: str, message: str = "", **data: object) -> None:
+        with self._lock:
+            self.events.append((kind, message, data))
+        log.info("%s %s", kind, message)
+
+    def error(self, message: str) -> None:
+        log.error("%s", message)
+        with self._lock:
+            self.errors.append(message)
