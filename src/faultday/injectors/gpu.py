@@ -24,7 +24,7 @@ import httpx
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from faultday.errors import InjectionError, RevertError
+from faultday.errors import FaultdayError, InjectionError, RevertError
 from faultday.injectors.base import FaultContext, Injector, NoParams, Revert, Target
 
 log = logging.getLogger(__name__)
@@ -152,6 +152,16 @@ def _admin_data(target: Target) -> dict[str, JsonValue]:
     return {"mode": LLMSIM, "admin": admin_base(target), "fault_id": "fd-" + uuid.uuid4().hex[:12]}
 
 
+def _current_target(ctx: FaultContext, name: str) -> Target | None:
+    """The component as the stack driver knows it now (a restart may move it), if live."""
+    if not ctx.live:
+        return None
+    try:
+        return ctx.target(name)
+    except FaultdayError:
+        return None
+
+
 def _int(data: dict[str, JsonValue], key: str) -> int:
     value = data.get(key)
     return int(value) if isinstance(value, int | float | str) else 0
@@ -202,16 +212,30 @@ class GpuLoss(Injector):
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
         if revert.action != "restart":
             return
-        data = revert.data
-        if data.get("mode") == LLMSIM:
-            if _engine_state(str(data["admin"])) in ("running", "hung"):
-                return  # the engine never died (or was already restarted): nothing to do
-        elif _same_process(_int(data, "engine_pid"), _float(data, "engine_create_time")):
-            return  # the kill never landed
+        if self._serving(ctx, revert):
+            return  # the fault never landed, or the component was restarted already
         if not ctx.live:
             log.warning("%s: not restarted (no live stack during recover)", revert.target)
             return
-        ctx.restart(revert.target, timeout=_float(data, "timeout", 120.0))
+        ctx.restart(revert.target, timeout=_float(revert.data, "timeout", 120.0))
+
+    @staticmethod
+    def _serving(ctx: FaultContext, revert: Revert) -> bool:
+        data = revert.data
+        current = _current_target(ctx, revert.target)
+        if data.get("mode") == LLMSIM:
+            admins = {str(data["admin"])}
+            if current is not None and (current.admin_url or current.url):
+                admins.add(admin_base(current))
+            return any(_engine_state(a) in ("running", "hung") for a in admins)
+        if _same_process(_int(data, "engine_pid"), _float(data, "engine_create_time")):
+            return True  # the kill never landed
+        if current is None or current.pid is None:
+            return False
+        try:
+            return find_engine_core(current.pid).pid != _int(data, "engine_pid")
+        except InjectionError:
+            return False
 
 
 class GpuHang(Injector):
