@@ -46,6 +46,12 @@ class Metrics:
             ["dependency", "result"],
             registry=r,
         )
+        self.attempts = Counter(
+            f"{PREFIX}_dependency_attempts",
+            "Attempts that reached a dependency (retries included, breaker rejections not)",
+            ["dependency"],
+            registry=r,
+        )
         self.retries = Counter(
             f"{PREFIX}_retries", "Retries scheduled per dependency", ["dependency"], registry=r
         )

@@ -156,7 +156,6 @@ class Resilience:
             if budget is not None and not budget.withdraw():
                 self.metrics.retry_budget_exhausted.labels(dep).inc()
                 return False
-            self.metrics.retries.labels(dep).inc()
             if exc.retry_after is not None and exc.retry_after < deadline.remaining():
                 return exc.retry_after
             return True
@@ -176,6 +175,8 @@ class Resilience:
                 ):
                     with attempt:
                         attempts = attempt.num
+                        if attempts > 1:
+                            self.metrics.retries.labels(dep).inc()
                         result = await self._attempt(dep, fn, timeout=timeout, deadline=deadline)
                 span.set_attribute("faultday.attempts", attempts)
                 self.metrics.dep_calls.labels(dep, "ok").inc()
@@ -207,9 +208,12 @@ class Resilience:
         if budget_s <= 0:
             raise Permanent("deadline exceeded before the call")
         if not self.policy.breakers.enabled:
+            self.metrics.attempts.labels(dep).inc()
             return await _timed(fn, budget_s)
         breaker = await self.breakers.get_breaker(dep)
         async with breaker:
+            # Counted only once the breaker let it through: a call that reached the dependency.
+            self.metrics.attempts.labels(dep).inc()
             return await _timed(fn, budget_s)
 
 
