@@ -1,0 +1,151 @@
+"""Shared pieces of the recorded-series checks: params, thresholds, formatting, selections."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+
+from pydantic import ConfigDict, Field, model_validator
+
+from faultday.checks.base import CheckContext, CheckParams, CheckResult, Verdict, Window
+from faultday.durations import format_duration
+from faultday.observe.records import RequestRecord, Sample
+
+
+class Params(CheckParams):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Bounds(Params):
+    """``min`` and/or ``max`` (at least one)."""
+
+    min_: float | None = Field(default=None, alias="min")
+    max_: float | None = Field(default=None, alias="max")
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> Bounds:
+        if self.min_ is None and self.max_ is None:
+            raise ValueError("give min, max or both")
+        if self.min_ is not None and self.max_ is not None and self.min_ > self.max_:
+            raise ValueError(f"min ({self.min_:g}) is above max ({self.max_:g})")
+        return self
+
+
+def within(value: float, lo: float | None, hi: float | None) -> bool:
+    return (lo is None or value >= lo) and (hi is None or value <= hi)
+
+
+def expected_text(lo: float | None, hi: float | None, fmt: type[Fmt] | Fmt) -> str:
+    f = fmt if isinstance(fmt, Fmt) else fmt()
+    if lo is not None and hi is not None:
+        return f"between {f(lo)} and {f(hi)}"
+    return f"≥ {f(lo)}" if lo is not None else f"≤ {f(hi)}"  # type: ignore[arg-type]
+
+
+class Fmt:
+    """How a figure reads in a failure message."""
+
+    def __call__(self, v: float) -> str:
+        return f"{v:.4g}"
+
+
+class Pct(Fmt):
+    def __call__(self, v: float) -> str:
+        return f"{v * 100:.3g}%"
+
+
+class Secs(Fmt):
+    def __call__(self, v: float) -> str:
+        if v == float("inf"):
+            return "never"
+        return format_duration(round(v, 3)) if v >= 0.001 else f"{v * 1e6:.0f}us"
+
+
+class Rate(Fmt):
+    def __init__(self, unit: str = "/s") -> None:
+        self.unit = unit
+
+    def __call__(self, v: float) -> str:
+        return f"{v:.4g}{self.unit}"
+
+
+def judged(
+    check: str,
+    label: str,
+    window: Window,
+    value: float,
+    *,
+    lo: float | None,
+    hi: float | None,
+    fmt: Fmt,
+    n: int,
+    message: str = "",
+) -> CheckResult:
+    verdict = Verdict.PASSED if within(value, lo, hi) else Verdict.FAILED
+    return CheckResult(check, label, window.label, verdict, expected_text(lo, hi, fmt), fmt(value),
+                       n=n, message=message)
+
+
+def insufficient(check: str, label: str, window: Window, *, n: int, need: int, what: str) -> CheckResult:
+    return CheckResult(
+        check, label, window.label, Verdict.INSUFFICIENT, n=n,
+        message=f"too few {what} to judge: {n} in the window, need at least {need}",
+    )
+
+
+def requests_in(ctx: CheckContext, window: Window, pattern: str | None = None) -> list[RequestRecord]:
+    """Client requests sent inside the window, optionally only those whose name matches a glob.
+
+    Agent-task outcomes (name ``task``) are not requests; only the tasks checks read them.
+    """
+    records = ctx.observations.requests_between(window.start, window.end)
+    if pattern is None:
+        return [r for r in records if r.name != "task"]
+    return [r for r in records if fnmatch.fnmatchcase(r.name, pattern)]
+
+
+def matches(value: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(value, p) for p in patterns)
+
+
+def series(
+    ctx: CheckContext, name: str, window: Window, labels: dict[str, str] | None = None
+) -> dict[tuple[tuple[str, str], ...], list[Sample]]:
+    """Scraped samples of one metric in the window, one list per label set, in time order."""
+    out: dict[tuple[tuple[str, str], ...], list[Sample]] = {}
+    for s in ctx.observations.samples_between(name, window.start, window.end, labels=labels):
+        out.setdefault(s.labels, []).append(s)
+    for v in out.values():
+        v.sort(key=lambda s: s.t)
+    return out
+
+
+def increase(samples: Sequence[Sample]) -> float:
+    """How much a counter grew over the samples; a drop means the process restarted."""
+    total = 0.0
+    for a, b in zip(samples, samples[1:], strict=False):
+        total += b.value - a.value if b.value >= a.value else b.value
+    return total
+
+
+def counter_increase(
+    ctx: CheckContext, name: str, window: Window, labels: dict[str, str] | None = None
+) -> tuple[float, int]:
+    """Growth of a counter (summed over label sets) across the window, and the samples used.
+
+    The last sample before the window is the starting point, so growth between
+    that scrape and the window's first scrape is not lost.
+    """
+    total, used = 0.0, 0
+    every = ctx.observations.samples_between(name, float("-inf"), window.end, labels=labels)
+    by_labels: dict[tuple[tuple[str, str], ...], list[Sample]] = {}
+    for s in sorted(every, key=lambda s: s.t):
+        by_labels.setdefault(s.labels, []).append(s)
+    for samples in by_labels.values():
+        before = [s for s in samples if s.t < window.start][-1:]
+        inside = [s for s in samples if s.t >= window.start]
+        if not inside:
+            continue
+        total += increase(before + inside)
+        used += len(inside)
+    return total, used
