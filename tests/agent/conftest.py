@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from procs import Proc, Procs, dead_url  # noqa: E402
+from procs import Proc, Procs, dead_url
 
 
 @dataclass
@@ -33,8 +33,11 @@ class Stack:
 
     def urls(self) -> dict[str, str]:
         return {
-            "redis": self.redis_url, "llm-primary": self.primary_url,
-            "llm-backup": self.backup_url, "embedder": dead_url(), "qdrant": dead_url(),
+            "redis": self.redis_url,
+            "llm-primary": self.primary_url,
+            "llm-backup": self.backup_url,
+            "embedder": dead_url(),
+            "qdrant": dead_url(),
             "tools": self.tools_url,
         }
 

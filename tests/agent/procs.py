@@ -38,8 +38,12 @@ class Proc:
     def start(self) -> Proc:
         fh = self.log.open("ab")
         self.popen = subprocess.Popen(
-            self.argv, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO,
-            env={**os.environ, **self.env}, start_new_session=True,
+            self.argv,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env={**os.environ, **self.env},
+            start_new_session=True,
         )
         fh.close()
         return self
@@ -92,8 +96,20 @@ class Procs:
         port = port or free_port()
         d = self.tmp / f"redis-{port}"
         d.mkdir(exist_ok=True)
-        p = self._proc(f"redis-{port}", ["redis-server", "--port", str(port), "--save", "",
-                                         "--appendonly", "no", "--dir", str(d)]).start()
+        p = self._proc(
+            f"redis-{port}",
+            [
+                "redis-server",
+                "--port",
+                str(port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(d),
+            ],
+        ).start()
         url = f"redis://127.0.0.1:{port}/0"
         end = time.monotonic() + 10
         while True:
@@ -107,31 +123,73 @@ class Procs:
 
     def llmsim(self, model: str, *extra: str) -> tuple[Proc, str]:
         port = free_port()
-        p = self._proc(f"llm-{model}", [
-            PY, "-m", "faultday.stack.services.llmsim", "--port", str(port), "--model", model,
-            "--speed", "50", "--output-len-mean", "12", "--port-file",
-            str(self.tmp / f"llm-{model}.port"), *extra,
-        ]).start()
+        p = self._proc(
+            f"llm-{model}",
+            [
+                PY,
+                "-m",
+                "faultday.stack.services.llmsim",
+                "--port",
+                str(port),
+                "--model",
+                model,
+                "--speed",
+                "50",
+                "--output-len-mean",
+                "12",
+                "--port-file",
+                str(self.tmp / f"llm-{model}.port"),
+                *extra,
+            ],
+        ).start()
         url = f"http://127.0.0.1:{port}"
         p.wait_http(url + "/health")
         return p, url
 
     def tools(self, *extra: str) -> tuple[Proc, str]:
         port = free_port()
-        p = self._proc("tools", [
-            PY, "-m", "faultday.stack.services.tools", "--port", str(port),
-            "--data-dir", str(self.tmp / "tools-data"), *extra,
-        ]).start()
+        p = self._proc(
+            "tools",
+            [
+                PY,
+                "-m",
+                "faultday.stack.services.tools",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(self.tmp / "tools-data"),
+                *extra,
+            ],
+        ).start()
         url = f"http://127.0.0.1:{port}"
         p.wait_http(url + "/health")
         return p, url
 
-    def agent(self, *, urls: dict[str, str], policy: str = "default", port: int | None = None,
-              config: Path | None = None, name: str = "agent") -> tuple[Proc, str]:
+    def agent(
+        self,
+        *,
+        urls: dict[str, str],
+        policy: str = "default",
+        port: int | None = None,
+        config: Path | None = None,
+        name: str = "agent",
+    ) -> tuple[Proc, str]:
         port = port or free_port()
-        argv = [PY, "-m", "faultday.stack.services.agent", "--port", str(port),
-                "--config", str(config or REPO / "stack" / "agent.yaml"), "--policy", policy,
-                "--traces", str(self.tmp / "traces.jsonl"), "--audit", str(self.tmp / "audit.jsonl")]
+        argv = [
+            PY,
+            "-m",
+            "faultday.stack.services.agent",
+            "--port",
+            str(port),
+            "--config",
+            str(config or REPO / "stack" / "agent.yaml"),
+            "--policy",
+            policy,
+            "--traces",
+            str(self.tmp / "traces.jsonl"),
+            "--audit",
+            str(self.tmp / "audit.jsonl"),
+        ]
         for k, v in urls.items():
             argv += [f"--{k}", v]
         p = self._proc(name, argv).start()

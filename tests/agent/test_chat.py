@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
+
 from conftest import Stack
 
 CHAT = {"session_id": "s1", "message": "hello there", "rag": False}
@@ -96,8 +97,11 @@ def test_gpu_loss_backup_answers_and_breaker_opens(stack: Stack, tmp_path: Path)
     # 1 good call, then threshold (3) failures open the breaker; nothing reaches it after.
     assert reached == 4, reached
     time.sleep(0.6)
-    results = [s["attributes"].get("faultday.result") for s in spans(tmp_path)  # type: ignore[union-attr]
-               if s["name"] == "llm-primary chat"]
+    results = [
+        s["attributes"].get("faultday.result")
+        for s in spans(tmp_path)  # type: ignore[union-attr]
+        if s["name"] == "llm-primary chat"
+    ]
     assert results[-1] == "breaker_open"
     assert any(s["name"] == "fallback llm -> backup" for s in spans(tmp_path))
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
+
 from conftest import Stack
 
 REPORT_STEPS = [
@@ -97,8 +98,15 @@ def test_sigkill_mid_20_tasks_all_complete_no_duplicate_message(stack: Stack) ->
 
 def test_planner_splits_goal_into_subtasks(stack: Stack) -> None:
     _, url = stack.procs.agent(urls=stack.urls())
-    r = httpx.post(f"{url}/v1/tasks", json={"agent": "planner", "goal": "revenue by region; "
-                   "incidents by severity", "idempotency_key": "plan-1"}, timeout=10)
+    r = httpx.post(
+        f"{url}/v1/tasks",
+        json={
+            "agent": "planner",
+            "goal": "revenue by region; incidents by severity",
+            "idempotency_key": "plan-1",
+        },
+        timeout=10,
+    )
     (parent,) = wait_done(url, [r.json()["id"]], 60)
     assert parent["status"] == "done"
     children = parent["children"]

@@ -15,10 +15,10 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
-from procs import Procs  # noqa: E402
+from procs import Procs
 
-from faultday.injectors.base import Target, TargetKind  # noqa: E402
-from faultday.injectors.tools import ToolOverload, ToolTimeout  # noqa: E402
+from faultday.injectors.base import Target, TargetKind
+from faultday.injectors.tools import ToolOverload, ToolTimeout
 
 
 @pytest.fixture

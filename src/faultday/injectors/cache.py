@@ -17,7 +17,7 @@ import signal
 from typing import ClassVar
 
 import httpx
-import psutil
+import psutil  # type: ignore[import-untyped]
 import redis
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -102,7 +102,7 @@ class CacheFlush(Injector):
                     return
                 deleted = 0
                 for batch in _batches(r.scan_iter(match=params.pattern, count=SCAN_BATCH)):
-                    deleted += int(r.delete(*batch))  # type: ignore[arg-type]
+                    deleted += int(r.delete(*batch))
                 log.info("%s: deleted %d keys matching %s", target.name, deleted, params.pattern)
         except redis.RedisError as exc:
             raise InjectionError(f"{target.name}: flush failed: {exc}") from exc

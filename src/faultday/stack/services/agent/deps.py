@@ -29,7 +29,7 @@ from faultday.stack.services.agent.resilience import Permanent, Retryable
 MCP_PROTOCOL = "2026-07-28"  # pinned: no discovery round-trip per call
 
 
-def _retry_after(headers: httpx.Headers | None) -> float | None:
+def _retry_after(headers: Any) -> float | None:
     if headers is None:
         return None
     raw = headers.get("retry-after")
@@ -174,7 +174,7 @@ class Vector:
                 timeout=max(1, int(timeout + 0.999)),
             )
         except UnexpectedResponse as exc:
-            raise _status_error(exc.status_code, str(exc)[:200]) from exc
+            raise _status_error(exc.status_code or 500, str(exc)[:200]) from exc
         except (ResponseHandlingException, httpx.HTTPError) as exc:
             raise Retryable(f"vector: {type(exc).__name__}: {exc}") from exc
         hits = []
@@ -236,7 +236,7 @@ class Tools:
         try:
             async with McpClient(self.url, mode=MCP_PROTOCOL, read_timeout_seconds=timeout) as c:
                 listed = await c.list_tools()
-        except Exception as exc:  # noqa: BLE001 - the SDK wraps transport errors in groups
+        except Exception as exc:
             raise Retryable(f"tools/list: {type(_leaf(exc)).__name__}: {_leaf(exc)}") from exc
         return {t.name: dict(t.input_schema) for t in listed.tools}
 

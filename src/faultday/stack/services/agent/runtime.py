@@ -246,7 +246,9 @@ class Runtime:
 
         async def write() -> None:
             pipe = self.store.r.pipeline(transaction=True)
-            pipe.rpush(key, u, a).ltrim(key, -turns, -1).expire(key, 86_400)
+            pipe.rpush(key, u, a)
+            pipe.ltrim(key, -turns, -1)
+            pipe.expire(key, 86_400)
             await pipe.execute()
 
         try:

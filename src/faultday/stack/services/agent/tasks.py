@@ -320,8 +320,9 @@ class TaskEngine:
                     deadline=deadline,
                     op="list",
                 )
-            except DependencyError:
-                pass  # plan without schemas; the server still validates every call
+            except DependencyError as exc:
+                # Plan without schemas; the server still validates every call.
+                log.warning("tool schemas unavailable: %s", exc)
         return [
             {
                 "type": "function",
@@ -571,7 +572,8 @@ def _parse_subtasks(text: str, agents: set[str]) -> list[tuple[str, str, int, li
         if not isinstance(item, dict) or not isinstance(item.get("goal"), str):
             continue
         agent = item.get("agent") if item.get("agent") in agents else "report"
-        prio = item.get("priority") if isinstance(item.get("priority"), int) else 5
+        raw_prio = item.get("priority")
+        prio = raw_prio if isinstance(raw_prio, int) else 5
         deps = [d for d in item.get("depends_on") or [] if isinstance(d, int)]
-        out.append((item["goal"][:2000], str(agent), max(0, min(9, prio)), deps))
+        out.append((str(item["goal"])[:2000], str(agent), max(0, min(9, prio)), deps))
     return out

@@ -221,16 +221,16 @@ class ToolServer:
     def _register_routes(self) -> None:
         m = self.mcp
 
-        @m.custom_route("/health", methods=["GET"])
+        @m.custom_route("/health", methods=["GET"])  # type: ignore[untyped-decorator]
         async def health(_: Request) -> Response:
             return JSONResponse({"status": "ok", "tools": list(TOOLS)})
 
-        @m.custom_route("/metrics", methods=["GET"])
+        @m.custom_route("/metrics", methods=["GET"])  # type: ignore[untyped-decorator]
         async def metrics(_: Request) -> Response:
             self.metrics.faults.set(len(self.capacity.faults))
             return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-        @m.custom_route("/admin/faults", methods=["GET"])
+        @m.custom_route("/admin/faults", methods=["GET"])  # type: ignore[untyped-decorator]
         async def list_faults(_: Request) -> Response:
             return JSONResponse(
                 {
@@ -239,7 +239,7 @@ class ToolServer:
                 }
             )
 
-        @m.custom_route("/admin/faults/{fault_id}", methods=["PUT", "DELETE"])
+        @m.custom_route("/admin/faults/{fault_id}", methods=["PUT", "DELETE"])  # type: ignore[untyped-decorator]
         async def one_fault(request: Request) -> Response:
             fid = request.path_params["fault_id"]
             if request.method == "DELETE":
@@ -257,7 +257,7 @@ class ToolServer:
             await self._apply()
             return JSONResponse({"id": fid, "fault": fault.model_dump()})
 
-        @m.custom_route("/admin/outbox", methods=["GET"])
+        @m.custom_route("/admin/outbox", methods=["GET"])  # type: ignore[untyped-decorator]
         async def outbox(_: Request) -> Response:
             return JSONResponse(
                 {"count": self.store.outbox_count(), "messages": self.store.outbox()}
