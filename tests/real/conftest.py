@@ -1,0 +1,84 @@
+"""Fixtures for the real-vLLM suite (`make test-real`): the tiny model and one server at a time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from tests.real.realstack import REAL_PYTHON, ROOT, Servers
+
+OBSERVED = pytest.StashKey[dict[str, dict[str, object]]]()
+# What real vLLM did, per test: printed at the end of the run and written here
+# (git-ignored), so CI logs keep the figures docs/real-vllm.md quotes.
+OBSERVED_FILE = ROOT / "reports" / "real-vllm-observed.json"
+
+
+@pytest.fixture
+def observe(request: pytest.FixtureRequest) -> Callable[[str, object], None]:
+    """Record one observed value for this test (like record_property, shown in the summary)."""
+    store = request.config.stash.setdefault(OBSERVED, {})
+    mine = store.setdefault(request.node.name, {})
+
+    def record(key: str, value: object) -> None:
+        mine[key] = value
+
+    return record
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    store = config.stash.get(OBSERVED, {})
+    if not store:
+        return
+    terminalreporter.section("observed on real vLLM")
+    for test, values in store.items():
+        for key, value in values.items():
+            terminalreporter.write_line(f"{test}: {key} = {value}")
+    OBSERVED_FILE.parent.mkdir(parents=True, exist_ok=True)
+    OBSERVED_FILE.write_text(json.dumps(store, indent=2, default=str) + "\n", encoding="utf-8")
+    terminalreporter.write_line(f"written to {OBSERVED_FILE}")
+
+
+@pytest.fixture(scope="session")
+def real_python() -> Path:
+    if not REAL_PYTHON.exists():
+        pytest.skip(
+            f"{REAL_PYTHON} missing: run `bash scripts/setup-real-venv.sh` (make test-real)"
+        )
+    return REAL_PYTHON
+
+
+@pytest.fixture(scope="session")
+def tiny_model(real_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Llama, built by the same code as `faultday stack make-tiny-model`."""
+    out = tmp_path_factory.mktemp("tiny-model")
+    done = subprocess.run(
+        [str(real_python), "-m", "faultday.stack.tinymodel", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (out / "config.json").exists()
+    assert (out / "model.safetensors").exists()
+    return out
+
+
+@pytest.fixture
+def servers(tiny_model: Path, tmp_path: Path) -> Iterator[Servers]:
+    holder = Servers(tiny_model, tmp_path)
+    try:
+        yield holder
+    finally:
+        holder.stop_all()
+
+
+@pytest.fixture
+def sim_only(tmp_path: Path) -> Iterator[Servers]:
+    holder = Servers(None, tmp_path)
+    try:
+        yield holder
+    finally:
+        holder.stop_all()
