@@ -65,8 +65,7 @@ def test_every_problem_is_reported_with_its_position(tmp_path: Path) -> None:
     text = str(info.value)
     assert (
         f"{f}:8:13: spec.components.a.type: "
-        "unknown component type 'comand'; did you mean 'command'?"
-        in text
+        "unknown component type 'comand'; did you mean 'command'?" in text
     )
     assert ":12:7: spec.components.b.colour: unknown key" in text
 

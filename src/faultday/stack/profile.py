@@ -79,7 +79,9 @@ class ComponentSpec(Strict):
     depends_on: tuple[str, ...] = ()
     ready: ProbeSpec | None = None
     restart: RestartSpec = RestartSpec()
-    stop_grace: Duration = Field(default=3.0, description="SIGTERM, then SIGKILL after this")
+    stop_grace: Duration | None = Field(
+        default=None, description="SIGTERM, then SIGKILL after this (default: the type's)"
+    )
     settings: dict[str, JsonValue] = Field(default_factory=dict)
     image: str | None = Field(default=None, description="docker/k8s: overrides the type's image")
     gpu: bool = Field(default=False, description="docker/k8s: request an NVIDIA GPU")

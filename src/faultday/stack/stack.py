@@ -202,7 +202,12 @@ class Stack:
             log_path=self.log_path(component),
             cwd=self.run_dir,
             restart=spec.restart,
-            stop_grace=spec.stop_grace,
+            stop_grace=(
+                spec.stop_grace
+                if spec.stop_grace is not None
+                else self.profile.ctype(component).stop_grace
+            ),
+            term_group=self.profile.ctype(component).term_group,
         )
 
     # -- lifecycle --------------------------------------------------------------------

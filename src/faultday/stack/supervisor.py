@@ -58,6 +58,7 @@ class Launch:
     cwd: Path
     restart: RestartSpec
     stop_grace: float
+    term_group: bool = True  # SIGTERM to the whole group, or to the main process only
 
 
 def free_port(host: str = HOST) -> int:
@@ -236,7 +237,11 @@ class Supervisor:
                 m.state = ProcState.STOPPED  # first, so the monitor does not restart it
             for m in victims:
                 if m.record is not None:
-                    _signal_group(m.record.pgid, signal.SIGTERM)
+                    if m.launch.term_group:
+                        _signal_group(m.record.pgid, signal.SIGTERM)
+                    else:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(m.record.pid, signal.SIGTERM)
                     # A paused group holds SIGTERM pending until it runs again.
                     _signal_group(m.record.pgid, signal.SIGCONT)
         for m in victims:

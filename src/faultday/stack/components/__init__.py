@@ -43,6 +43,10 @@ class ComponentType:
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     image: str = ""  # docker/k8s renderings
     module: str = ""  # python module run with ``-m`` (to report it missing clearly)
+    # False: SIGTERM goes to the main process only, which shuts its helpers down in
+    # order (PyTriton); the whole group still gets SIGKILL after the grace period.
+    term_group: bool = True
+    stop_grace: float = 3.0  # SIGTERM → SIGKILL; a profile may override it
 
 
 def _py(module: str, *extra: str) -> tuple[str, ...]:
@@ -91,11 +95,14 @@ _TYPES: tuple[ComponentType, ...] = (
             "{port:metrics}",
         ),
         ports=("port", "grpc", "metrics"),
-        probe=DefaultProbe(ProbeKind.HTTP, path="/v2/health/ready", timeout=60.0),
+        probe=DefaultProbe(ProbeKind.HTTP, path="/v2/models/embedder/ready", timeout=60.0),
         # tritonserver's Python backend stub must find the interpreter's libpython.
         env=MappingProxyType({"LD_LIBRARY_PATH": "{libpython_dir}:{env:LD_LIBRARY_PATH}"}),
         image="nvcr.io/nvidia/tritonserver:24.08-py3",
         module="faultday.stack.services.embedder",
+        term_group=False,
+        # A SIGKILLed PyTriton leaves ~400 MB of /dev/shm segments behind; give it time.
+        stop_grace=8.0,
     ),
     ComponentType(
         name="qdrant",

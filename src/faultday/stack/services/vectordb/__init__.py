@@ -1,0 +1,1 @@
+"""Qdrant-REST-compatible front over the Qdrant engine (qdrant-edge), seeded with a corpus."""
