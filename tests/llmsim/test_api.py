@@ -9,7 +9,6 @@ import httpx
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
 from tests.llmsim.conftest import Sim
 
 # vLLM v1 families (PrometheusStatLogger, text model, default options) and their types.
@@ -69,7 +68,9 @@ def test_openai_chat_stream_with_usage(sim: Sim) -> None:
     )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    finish = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
     assert chunks[0].choices[0].delta.role == "assistant"
     assert finish == ["stop"]  # 20 tokens (fixed) < max_tokens
     assert chunks[-1].choices == [] and chunks[-1].usage is not None

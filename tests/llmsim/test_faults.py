@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 import httpx
 import openai
 import pytest
-
 from tests.llmsim.conftest import Sim
 
 LONG = ("--output-len-mean", "5000")  # answers far longer than any test waits for

@@ -15,11 +15,11 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from tests.llmsim.conftest import Sim
 
 from faultday.errors import InjectionError
 from faultday.injectors.base import Injector, Revert, Target, TargetKind, injector_registry
 from faultday.injectors.gpu import find_engine_core
-from tests.llmsim.conftest import Sim
 
 
 @dataclass

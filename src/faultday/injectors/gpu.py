@@ -181,7 +181,9 @@ class GpuLoss(Injector):
     Params: ClassVar[type[BaseModel]] = GpuLossParams
     component_types: ClassVar[frozenset[str] | None] = frozenset({LLMSIM, VLLM})
 
-    def prepare(self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str) -> Revert:
+    def prepare(
+        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+    ) -> Revert:
         assert isinstance(params, GpuLossParams)
         kind = _component_type(target, frozenset({LLMSIM, VLLM}))
         data = _admin_data(target) if kind == LLMSIM else _engine_data(target)
@@ -242,11 +244,15 @@ class GpuHang(Injector):
     """The GPU stops making progress while the server still answers health checks."""
 
     name: ClassVar[str] = "gpu_hang"
-    summary: ClassVar[str] = "GPU hang: tokens stop, /health stays 200 (SIGSTOP of a real EngineCore)"
+    summary: ClassVar[str] = (
+        "GPU hang: tokens stop, /health stays 200 (SIGSTOP of a real EngineCore)"
+    )
     Params: ClassVar[type[BaseModel]] = NoParams
     component_types: ClassVar[frozenset[str] | None] = frozenset({LLMSIM, VLLM})
 
-    def prepare(self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str) -> Revert:
+    def prepare(
+        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+    ) -> Revert:
         kind = _component_type(target, frozenset({LLMSIM, VLLM}))
         data = _admin_data(target) if kind == LLMSIM else _engine_data(target)
         action = "clear" if kind == LLMSIM else "sigcont"
@@ -279,7 +285,9 @@ class _AdminFault(Injector):
     kind: ClassVar[str]
     component_types: ClassVar[frozenset[str] | None] = frozenset({LLMSIM})
 
-    def prepare(self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str) -> Revert:
+    def prepare(
+        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+    ) -> Revert:
         _component_type(target, frozenset({LLMSIM}))
         return Revert(injector=self.name, fault=fault, target=target.name, action="clear",
                       data=_admin_data(target))  # fmt: skip
@@ -309,6 +317,8 @@ class KvPressure(_AdminFault):
     """Usable KV-cache blocks × factor: preemptions, recompute and latency spikes."""
 
     name: ClassVar[str] = "kv_pressure"
-    summary: ClassVar[str] = "KV-cache capacity × factor: preemptions and latency spikes (simulator)"
+    summary: ClassVar[str] = (
+        "KV-cache capacity × factor: preemptions and latency spikes (simulator)"
+    )
     Params: ClassVar[type[BaseModel]] = KvPressureParams
     kind: ClassVar[str] = "kv_shrink"

@@ -37,8 +37,10 @@ def llm(
     ] = None,
     block_size: Annotated[int | None, typer.Option(rich_help_panel=_ENGINE)] = None,
     enable_prefix_caching: Annotated[
-        bool | None, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching",
-                                  rich_help_panel=_ENGINE)  # fmt: skip
+        bool | None,
+        typer.Option(
+            "--enable-prefix-caching/--no-enable-prefix-caching", rich_help_panel=_ENGINE
+        ),  # fmt: skip
     ] = None,
     step_base_ms: Annotated[float | None, typer.Option(rich_help_panel=_STEP)] = None,
     prefill_ms_per_token: Annotated[float | None, typer.Option(rich_help_panel=_STEP)] = None,
@@ -69,6 +71,9 @@ def llm(
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
     access_log: Annotated[bool, typer.Option(help="Log every HTTP request.")] = False,
     port_file: Annotated[str, typer.Option(help="Write the bound port to this file.")] = "",
+    loop: Annotated[
+        str, typer.Option(help="Event loop: auto (uvloop if installed), uvloop or asyncio.")
+    ] = "auto",  # fmt: skip
 ) -> None:
     """Serve a vLLM-compatible OpenAI API backed by a simulated engine and GPU."""
     from faultday.stack.services.llmsim.server import serve  # noqa: PLC0415 - needs uvicorn
@@ -108,7 +113,7 @@ def llm(
         format="%(levelname)s %(asctime)s [%(name)s] %(message)s",
     )
     status = serve(cfg, host=host, port=port, log_level=log_level, access_log=access_log,
-                   port_file=port_file)  # fmt: skip
+                   port_file=port_file, loop=loop)  # fmt: skip
     raise typer.Exit(status)
 
 

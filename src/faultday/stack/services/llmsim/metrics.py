@@ -28,7 +28,6 @@ PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 
 
-
 def build_1_2_5_buckets(max_value: int) -> list[float]:
     buckets: list[float] = []
     exponent = 0

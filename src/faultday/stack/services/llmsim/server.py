@@ -61,7 +61,8 @@ Send = Callable[[Message], Awaitable[None]]
 
 ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 MAX_BODY = 32 * 1024 * 1024
-MAX_LAG_S = 0.5  # past this the simulated clock gives up catching up with wall time
+MAX_LAG_S = 0.5
+IO_PASSES = 4  # past this the simulated clock gives up catching up with wall time
 _JSON = [(b"content-type", b"application/json")]
 _SSE = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -187,6 +188,10 @@ class LlmSim:
         self.max_lag = 0.0
         self.lag_resets = 0
         self.steps = 0
+        self._burst_ema = 0.0  # seconds from a step's commit to its last stream write
+        self._late_ema = 0.0  # how late the event loop's timers fire
+        self._publish_at = 0.0
+        self._last_write = 0.0
         self.boot = time.monotonic()
         self._wake = asyncio.Event()
         self._resume = asyncio.Event()
@@ -273,6 +278,15 @@ class LlmSim:
 
     # --- the engine loop ------------------------------------------------------------------------
     async def _engine_loop(self) -> None:
+        """Step the engine on a simulated clock that wall time follows.
+
+        A step's tokens belong at its end time ``end``. Writing a batch of streams
+        takes the server a little while, so the step is committed ``lead`` early
+        (half the last write burst plus the timer's usual lateness) and the writes
+        straddle ``end``; the next step is planned at ``end`` itself, after the
+        requests that arrived meanwhile are queued. The clock never drifts: each
+        step starts where the last ended, unless the server fell badly behind.
+        """
         t = -1.0
         engine = self.engine
         while not self.dead:
@@ -294,15 +308,32 @@ class LlmSim:
                 t = now
             plan = engine.plan(t)
             end = t + plan.duration
-            delay = end - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            lead = min(plan.duration / 2, self._burst_ema / 2 + self._late_ema)
+            await self._sleep_until(end - lead)
             if not self._resume.is_set():  # hung mid-step: the step completes on resume
                 await self._resume.wait()
                 end = max(end, time.monotonic())
             self.max_lag = max(self.max_lag, time.monotonic() - end)
+            self._publish_at = time.monotonic()
             self._publish(engine.commit(plan, end))
+            await self._sleep_until(end)
+            # A few passes of the event loop (accept, read, parse, handler): requests whose
+            # bytes arrived during the step get queued, so the next step admits them as the
+            # model says it would.
+            for _ in range(IO_PASSES):
+                await asyncio.sleep(0)
+            if self._last_write > self._publish_at:
+                burst = self._last_write - self._publish_at
+                self._burst_ema += 0.2 * (min(burst, plan.duration) - self._burst_ema)
             t = end
+
+    async def _sleep_until(self, when: float) -> None:
+        delay = when - time.monotonic()
+        if delay <= 0:
+            return
+        await asyncio.sleep(delay)
+        late = time.monotonic() - when
+        self._late_ema += 0.1 * (min(max(late, 0.0), 0.005) - self._late_ema)
 
     def _record_scheduler(self) -> None:
         self.metrics.record_scheduler(
@@ -764,6 +795,7 @@ class LlmSim:
             if parts:
                 await send({"type": "http.response.body", "body": b"".join(parts),
                             "more_body": not lv.done})  # fmt: skip
+                self._last_write = time.monotonic()
             if lv.done:
                 return
 
@@ -782,9 +814,7 @@ class LlmSim:
             )
         else:
             delta = '{"content":' + json.dumps(text) + "}"
-        return (
-            head + f'"delta":{delta},"logprobs":null,"finish_reason":{finish}}}]}}\n\n'.encode()
-        )
+        return head + f'"delta":{delta},"logprobs":null,"finish_reason":{finish}}}]}}\n\n'.encode()
 
     async def _send_stream_error(self, lv: Live, send: Send) -> None:
         if not self.dead:
@@ -851,7 +881,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def serve(config: SimConfig, *, host: str, port: int, log_level: str = "info",
-          access_log: bool = False, port_file: str = "") -> int:  # fmt: skip
+          access_log: bool = False, port_file: str = "", loop: str = "auto") -> int:  # fmt: skip
     """Run the simulator until it is stopped or its engine dies; returns the exit status."""
     import uvicorn  # noqa: PLC0415 - the stack extra; keep the engine importable without it
 
@@ -880,8 +910,12 @@ def serve(config: SimConfig, *, host: str, port: int, log_level: str = "info",
         await server.serve(sockets=[sock])
         return 1 if sim.dead else 0
 
+    if loop == "asyncio":
+        return asyncio.run(main())
     try:
         import uvloop  # noqa: PLC0415
     except ImportError:
+        if loop == "uvloop":
+            raise
         return asyncio.run(main())
     return uvloop.run(main())

@@ -20,14 +20,7 @@ from faultday.stack.services.llmsim.config import LengthDist, OutputLength, SimC
 VOCAB_SIZE = 32000
 # Roughly 4 characters a token, like BPE on English text.
 _PIECE = re.compile(r"\s?[^\s]{1,4}|\s+")
-_WORDS = (
-    "the system degrades gracefully when a replica loses its accelerator and traffic moves to "
-    "the backup while breakers open retries stay bounded and the queue drains latency rises "
-    "then recovers because every fault is reverted the report lists what happened and which "
-    "runbook step applies operators read the timeline compare the baseline with the window "
-    "of the fault and decide whether the budget held model serving needs capacity headroom "
-    "cache hit rates matter prefill dominates long prompts decode dominates long answers"
-).split()
+_WORDS = ["the", "system", "degrades", "gracefully", "when", "a", "replica", "loses", "its", "accelerator", "and", "traffic", "moves", "to", "the", "backup", "while", "breakers", "open", "retries", "stay", "bounded", "and", "the", "queue", "drains", "latency", "rises", "then", "recovers", "because", "every", "fault", "is", "reverted", "the", "report", "lists", "what", "happened", "and", "which", "runbook", "step", "applies", "operators", "read", "the", "timeline", "compare", "the", "baseline", "with", "the", "window", "of", "the", "fault", "and", "decide", "whether", "the", "budget", "held", "model", "serving", "needs", "capacity", "headroom", "cache", "hit", "rates", "matter", "prefill", "dominates", "long", "prompts", "decode", "dominates", "long", "answers"]
 
 
 def tokenize(text: str) -> list[int]:
@@ -108,7 +101,7 @@ class ToolCall:
 
 def _fake_value(schema: dict[str, Any], key: str, rng: random.Random) -> Any:
     kind = schema.get("type")
-    if "enum" in schema and schema["enum"]:
+    if schema.get("enum"):
         return schema["enum"][0]
     if kind == "integer":
         return rng.randint(1, 10)
