@@ -1,0 +1,170 @@
+"""Toxiproxy 2.x API shapes: proxies, toxics and each toxic type's attributes.
+
+Toxiproxy's own toxic types ignore unknown attributes (Go's JSON decoding does,
+and clients rely on it); faultday's HTTP/SSE types forbid them, so a typo in a
+scenario fails loudly instead of silently injecting nothing.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+TOXIPROXY_VERSION = "2.12.0"
+
+
+class Stream(StrEnum):
+    UPSTREAM = "upstream"  # client -> server
+    DOWNSTREAM = "downstream"  # server -> client
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LatencyAttrs(_Lenient):
+    latency: int = Field(default=0, ge=0, description="ms added to each chunk")
+    jitter: int = Field(default=0, ge=0, description="± ms, uniform")
+
+
+class BandwidthAttrs(_Lenient):
+    rate: int = Field(default=0, ge=0, description="KB/s; 0 = unlimited (as Toxiproxy)")
+
+
+class SlowCloseAttrs(_Lenient):
+    delay: int = Field(default=0, ge=0, description="ms before the close is passed on")
+
+
+class TimeoutAttrs(_Lenient):
+    timeout: int = Field(default=0, ge=0, description="ms; 0 = hold data, never close")
+
+
+class ResetPeerAttrs(_Lenient):
+    timeout: int = Field(default=0, ge=0, description="ms until the RST")
+
+
+class SlicerAttrs(_Lenient):
+    average_size: int = Field(default=0, ge=0)
+    size_variation: int = Field(default=0, ge=0)
+    delay: int = Field(default=0, ge=0, description="µs between slices")
+
+
+class LimitDataAttrs(_Lenient):
+    bytes: int = Field(default=0, ge=0)
+
+
+class NoopAttrs(_Lenient):
+    pass
+
+
+class _Limited(_Strict):
+    """Count- and time-limited variants shared by every faultday HTTP/SSE toxic."""
+
+    first_n: int = Field(default=0, ge=0, description="act on the first N only; 0 = all")
+    limit_time: int = Field(default=0, ge=0, description="ms the toxic acts after creation; 0 = ∞")
+
+
+class HttpErrorAttrs(_Limited):
+    status: int = Field(default=503, ge=100, le=599)
+    retry_after: int = Field(default=-1, ge=-1, description="seconds; -1 = no header")
+    body: str = ""
+    content_type: str = "application/json"
+    rate: float = Field(default=1.0, ge=0.0, le=1.0, description="fraction of requests hit")
+
+
+class HttpLatencyAttrs(_Limited):
+    latency: int = Field(default=0, ge=0, description="ms added before each request")
+    jitter: int = Field(default=0, ge=0)
+
+
+class StreamCutAttrs(_Limited):
+    after_events: int = Field(default=0, ge=0)
+    mode: Literal["reset", "close"] = "reset"
+
+
+class StreamStallAttrs(_Limited):
+    after_events: int = Field(default=0, ge=0)
+    stall: int = Field(default=0, ge=0, description="ms; 0 = until the toxic is removed")
+
+
+class StreamDripAttrs(_Limited):
+    interval: int = Field(default=100, ge=0, description="ms between events")
+
+
+ATTRS: dict[str, type[BaseModel]] = {
+    "latency": LatencyAttrs,
+    "bandwidth": BandwidthAttrs,
+    "slow_close": SlowCloseAttrs,
+    "timeout": TimeoutAttrs,
+    "reset_peer": ResetPeerAttrs,
+    "slicer": SlicerAttrs,
+    "limit_data": LimitDataAttrs,
+    "noop": NoopAttrs,
+    "http_error": HttpErrorAttrs,
+    "http_latency": HttpLatencyAttrs,
+    "stream_cut": StreamCutAttrs,
+    "stream_stall": StreamStallAttrs,
+    "stream_drip": StreamDripAttrs,
+}
+HTTP_TYPES = frozenset({"http_error", "http_latency"})
+SSE_TYPES = frozenset({"stream_cut", "stream_stall", "stream_drip"})
+
+
+class ToxicSpec(_Lenient):
+    """A toxic as POSTed to ``/proxies/{name}/toxics`` (defaults as Toxiproxy's)."""
+
+    name: str = ""
+    type: str
+    stream: Stream = Stream.DOWNSTREAM
+    toxicity: float = Field(default=1.0, ge=0.0, le=1.0)
+    attributes: dict[str, object] = Field(default_factory=dict)
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        if value not in ATTRS:
+            raise ValueError(f"unknown toxic type {value!r}; valid: {', '.join(sorted(ATTRS))}")
+        return value
+
+    def resolved_name(self) -> str:
+        return self.name or f"{self.type}_{self.stream.value}"
+
+    def parsed_attributes(self) -> BaseModel:
+        return ATTRS[self.type].model_validate(self.attributes)
+
+
+class ProxySpec(_Lenient):
+    """A proxy as POSTed to ``/proxies`` or ``/populate``."""
+
+    name: str = Field(min_length=1)
+    upstream: str = Field(min_length=1)
+    listen: str = "127.0.0.1:0"
+    enabled: bool = True
+
+
+class ProxyUpdate(_Lenient):
+    """``POST /proxies/{name}``: any of these may be changed in place."""
+
+    upstream: str | None = None
+    listen: str | None = None
+    enabled: bool | None = None
+
+
+def split_hostport(value: str) -> tuple[str, int]:
+    """``host:port`` → (host, port); ``:8080`` means all interfaces, as in Go."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{value!r} is not host:port")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def validation_message(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in exc.errors()
+    )

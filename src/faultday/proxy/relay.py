@@ -1,0 +1,725 @@
+"""One proxied connection: a zero-copy fast path and a toxic path.
+
+With no toxic acting on a direction, bytes move socket → pipe → socket with
+``splice(2)`` from selector callbacks: no copy through Python and no task.
+When a toxic applies, that direction switches (mid-connection) to a pump task
+that reads into a buffer, frames HTTP when the connection speaks it, and runs
+the toxic chain; when the last toxic goes, it switches back. Connections whose
+first client bytes are an HTTP/1.x request always take the pump so requests
+and responses are counted and HTTP/SSE toxics can act at message boundaries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import random
+import re
+import socket
+import struct
+import time
+from collections import deque
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from faultday.proxy import http1
+from faultday.proxy.models import (
+    BandwidthAttrs,
+    HttpErrorAttrs,
+    HttpLatencyAttrs,
+    LatencyAttrs,
+    LimitDataAttrs,
+    ResetPeerAttrs,
+    SlicerAttrs,
+    SlowCloseAttrs,
+    Stream,
+    StreamCutAttrs,
+    StreamDripAttrs,
+    StreamStallAttrs,
+    TimeoutAttrs,
+)
+from faultday.proxy.toxics import Link, Toxic, applies
+
+if TYPE_CHECKING:
+    from faultday.proxy.server import Proxy
+
+log = logging.getLogger(__name__)
+
+PIPE_SIZE = 1 << 20
+RECV_SIZE = 256 * 1024
+INBOX_LIMIT = 4 << 20  # bytes buffered before reading pauses (backpressure)
+_SPLICE_FLAGS = 0x01 | 0x02  # SPLICE_F_MOVE | SPLICE_F_NONBLOCK
+_F_SETPIPE_SZ = 1031
+_HTTP_START = re.compile(rb"^[A-Z]{3,10} ")
+_METHODS = (b"GET", b"POST", b"PUT", b"DELETE", b"HEAD", b"OPTIONS", b"PATCH", b"CONNECT", b"TRACE")
+
+
+class Kind(StrEnum):
+    UNKNOWN = "unknown"
+    TCP = "tcp"
+    HTTP = "http"
+
+
+class Mode(StrEnum):
+    FAST = "fast"
+    PUMP = "pump"
+    DONE = "done"
+
+
+class ConnectionGone(Exception):
+    """The connection was closed (by a toxic, a peer or the proxy); stop pumping."""
+
+
+def _looks_http(first: bytes) -> bool:
+    # Clients write a request line in one go; a first segment too short to show
+    # "METHOD " is treated as not HTTP rather than waited on.
+    return bool(_HTTP_START.match(first)) and first.split(b" ", 1)[0] in _METHODS
+
+
+def _rst(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+class Connection:
+    def __init__(self, proxy: Proxy, client: socket.socket, upstream: socket.socket) -> None:
+        self.proxy = proxy
+        self.loop = proxy.loop
+        self.client = client
+        self.upstream = upstream
+        self.kind = Kind.UNKNOWN
+        self.closed = False
+        self.links: dict[int, Link] = {}
+        self.up = Direction(self, client, upstream, Stream.UPSTREAM)
+        self.down = Direction(self, upstream, client, Stream.DOWNSTREAM)
+        # HTTP: what answers each forwarded/refused request, in order; None = the
+        # upstream server, bytes = a response the proxy writes itself.
+        self.expect: deque[bytes | None] = deque()
+
+    def start(self) -> None:
+        self.up.start()
+        self.down.start()
+
+    def link(self, toxic: Toxic) -> Link:
+        link = self.links.get(id(toxic))
+        if link is None or link.toxic is not toxic:
+            link = self.links[id(toxic)] = Link.roll(toxic)
+        return link
+
+    def chain(self, stream: Stream) -> list[Link]:
+        http = self.kind is Kind.HTTP
+        links = [self.link(t) for t in self.proxy.toxics if applies(t, stream, http=http)]
+        return [lk for lk in links if lk.enabled]
+
+    def toxics_changed(self) -> None:
+        if self.closed:
+            return
+        for direction in (self.up, self.down):
+            direction.toxics_changed()
+
+    def become_http(self) -> None:
+        self.kind = Kind.HTTP
+        for direction in (self.up, self.down):
+            direction.framer = http1.Framer(response=direction.stream is Stream.DOWNSTREAM)
+            if direction.mode is Mode.FAST:
+                direction.to_pump()
+
+    def direction_done(self) -> None:
+        if self.up.mode is Mode.DONE and self.down.mode is Mode.DONE:
+            self.close()
+
+    def close(self, *, reset: bool = False) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for direction in (self.up, self.down):
+            direction.stop()
+        for sock in (self.client, self.upstream):
+            if reset:
+                _rst(sock)
+            sock.close()
+        self.proxy.connection_closed(self)
+
+
+class Direction:
+    """One direction (client→upstream or upstream→client) of a connection."""
+
+    def __init__(
+        self, conn: Connection, src: socket.socket, dst: socket.socket, stream: Stream
+    ) -> None:
+        self.conn = conn
+        self.loop = conn.loop
+        self.src, self.dst = src, dst
+        self.src_fd, self.dst_fd = src.fileno(), dst.fileno()
+        self.stream = stream
+        self.idx = 0 if stream is Stream.UPSTREAM else 1
+        self.counters = conn.proxy.counters
+        self.mode = Mode.FAST
+        self.eof = False
+        self.pipe: tuple[int, int] | None = None
+        self.in_pipe = 0
+        self.reading = False
+        self.writing = False
+        self.inbox: deque[tuple[float, bytes]] = deque()
+        self.inbox_bytes = 0
+        self.task: asyncio.Task[None] | None = None
+        self.wakeup: asyncio.Future[None] | None = None
+        self.framer: http1.Framer | None = None
+        self.dropping = False  # a refused request's body is being discarded
+        self.sse: _SseState | None = None
+
+    # ---- lifecycle -----------------------------------------------------------------
+    def start(self) -> None:
+        if self.conn.chain(self.stream):
+            self.to_pump()
+        else:
+            self._read_on(self._fast_readable)
+
+    def stop(self) -> None:
+        self._read_off()
+        self._write_off()
+        self.mode = Mode.DONE
+        if self.pipe is not None:
+            for fd in self.pipe:
+                os.close(fd)
+            self.pipe = None
+        if self.task is not None and self.task is not asyncio.current_task(self.loop):
+            self.task.cancel()
+        self._wake()
+
+    def _finish(self) -> None:
+        """Source ended and everything was passed on: half-close the destination."""
+        self._read_off()
+        self._write_off()
+        self.mode = Mode.DONE
+        with contextlib.suppress(OSError):
+            self.dst.shutdown(socket.SHUT_WR)
+        self.conn.direction_done()
+
+    def toxics_changed(self) -> None:
+        if self.mode is Mode.FAST and self.conn.chain(self.stream):
+            self.to_pump()
+        self._wake()
+
+    def _read_on(self, callback: object) -> None:
+        self.loop.add_reader(self.src_fd, callback)  # type: ignore[arg-type]
+        self.reading = True
+
+    def _read_off(self) -> None:
+        if self.reading:
+            self.loop.remove_reader(self.src_fd)
+            self.reading = False
+
+    def _write_off(self) -> None:
+        if self.writing:
+            self.loop.remove_writer(self.dst_fd)
+            self.writing = False
+
+    # ---- fast path: splice(2) --------------------------------------------------------
+    def _classify(self) -> bool:
+        """Decide TCP vs HTTP from the client's first bytes; False = wait for more."""
+        if self.stream is Stream.DOWNSTREAM:
+            self.conn.kind = Kind.TCP  # the server spoke first: not HTTP
+            return True
+        try:
+            peek = self.src.recv(16, socket.MSG_PEEK)
+        except BlockingIOError:
+            return False
+        except OSError:
+            self.conn.close()
+            return False
+        if _looks_http(peek):
+            self.conn.become_http()
+            return False
+        self.conn.kind = Kind.TCP
+        return True
+
+    def _fast_readable(self) -> None:
+        if self.conn.kind is Kind.UNKNOWN and not self._classify():
+            return
+        if self.pipe is None:
+            self.pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(self.pipe[1], _F_SETPIPE_SZ, PIPE_SIZE)
+        try:
+            n = os.splice(self.src_fd, self.pipe[1], PIPE_SIZE, flags=_SPLICE_FLAGS)
+        except BlockingIOError:
+            return
+        except OSError:
+            self.conn.close()
+            return
+        if n == 0:
+            self.eof = True
+            self._read_off()
+            if not self.in_pipe:
+                self._finish()
+            return
+        self.counters.received[self.idx] += n
+        self.in_pipe += n
+        self._fast_flush()
+
+    def _fast_flush(self) -> None:
+        assert self.pipe is not None
+        while self.in_pipe:
+            try:
+                n = os.splice(self.pipe[0], self.dst_fd, self.in_pipe, flags=_SPLICE_FLAGS)
+            except BlockingIOError:
+                if not self.writing:
+                    self._read_off()
+                    self.loop.add_writer(self.dst_fd, self._fast_flush)
+                    self.writing = True
+                return
+            except OSError:
+                self.conn.close()
+                return
+            self.in_pipe -= n
+            self.counters.sent[self.idx] += n
+        if self.writing:
+            self._write_off()
+            if not self.eof and self.mode is Mode.FAST:
+                self._read_on(self._fast_readable)
+        if self.eof:
+            self._finish()
+
+    # ---- pump path -------------------------------------------------------------------
+    def to_pump(self) -> None:
+        if self.mode is not Mode.FAST:
+            return
+        self._read_off()
+        self._write_off()
+        self.mode = Mode.PUMP
+        if self.pipe is not None and self.in_pipe:
+            # Bytes already taken from the source go first, through the toxics.
+            data = os.read(self.pipe[0], self.in_pipe)
+            self.in_pipe = 0
+            self._push(data)
+        if not self.eof:
+            self._read_on(self._pump_readable)
+        self.task = self.loop.create_task(self._pump())
+
+    def _to_fast(self) -> None:
+        self.mode = Mode.FAST
+        self.task = None
+        if self.eof:
+            self._finish()
+        else:
+            self._read_on(self._fast_readable)
+
+    def _push(self, data: bytes) -> None:
+        self.inbox.append((time.monotonic(), data))
+        self.inbox_bytes += len(data)
+
+    def _pump_readable(self) -> None:
+        try:
+            data = self.src.recv(RECV_SIZE)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.eof = True
+            self._read_off()
+        else:
+            self.counters.received[self.idx] += len(data)
+            self._push(data)
+            if self.inbox_bytes > INBOX_LIMIT:
+                self._read_off()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.wakeup is not None and not self.wakeup.done():
+            self.wakeup.set_result(None)
+
+    async def _wait(self, timeout: float | None) -> None:
+        """Until new bytes, a toxic change, a peer's action or ``timeout`` seconds."""
+        self.wakeup = self.loop.create_future()
+        changed = self.conn.proxy.changed
+        try:
+            await asyncio.wait(
+                {self.wakeup, changed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            self.wakeup = None
+
+    async def _sleep_until(self, deadline: float) -> bool:
+        """Sleep until ``deadline`` (monotonic); False when a toxic change cut it short."""
+        delay = deadline - time.monotonic()
+        if delay <= 0:
+            return True
+        changed = self.conn.proxy.changed
+        done, _ = await asyncio.wait({changed}, timeout=delay)
+        return not done
+
+    async def _pump(self) -> None:
+        try:
+            await self._pump_loop()
+        except ConnectionGone:
+            pass
+        except OSError as exc:
+            log.debug("connection error on %s: %s", self.conn.proxy.name, exc)
+            self.conn.close()
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            # A bug here must not leave a silent, half-dead connection behind.
+            log.exception("proxy %s: relay failed; closing the connection", self.conn.proxy.name)
+            self.conn.close(reset=True)
+
+    async def _pump_loop(self) -> None:
+        while not self.conn.closed:
+            if self.conn.kind is Kind.HTTP and self.stream is Stream.DOWNSTREAM:
+                await self._answer_refused()
+            if self.inbox:
+                ts, data = self.inbox.popleft()
+                self.inbox_bytes -= len(data)
+                if not self.reading and not self.eof and self.inbox_bytes <= INBOX_LIMIT // 2:
+                    self._read_on(self._pump_readable)
+                await self._process(ts, data)
+                continue
+            chain = self.conn.chain(self.stream)
+            if self.eof:
+                await self._at_eof(chain)
+                return
+            if not chain and self.conn.kind is not Kind.HTTP:
+                self._to_fast()
+                return
+            await self._idle(chain)
+
+    async def _idle(self, chain: list[Link]) -> None:
+        """Wait for data; timeout and reset_peer act on their own clock, data or not."""
+        now = time.monotonic()
+        wait: float | None = None
+        for link in chain:
+            attrs = link.toxic.attrs
+            if isinstance(attrs, TimeoutAttrs | ResetPeerAttrs) and attrs.timeout > 0:
+                left = link.attached + attrs.timeout / 1000.0 - now
+                if left <= 0:
+                    self._timer_fired(link)
+                wait = left if wait is None else min(wait, left)
+            elif isinstance(attrs, ResetPeerAttrs):
+                self._timer_fired(link)
+        await self._wait(wait)
+
+    def _timer_fired(self, link: Link) -> None:
+        self.counters.acted(link.toxic.type)
+        self.conn.close(reset=link.toxic.type == "reset_peer")
+        raise ConnectionGone
+
+    async def _at_eof(self, chain: list[Link]) -> None:
+        if self.framer is not None:
+            for event in self.framer.eof():
+                await self._http_event(time.monotonic(), event)
+        for link in chain:
+            if isinstance(link.toxic.attrs, SlowCloseAttrs) and link.live:
+                deadline = time.monotonic() + link.toxic.attrs.delay / 1000.0
+                while link.live and not await self._sleep_until(deadline):
+                    pass
+        self._finish()
+
+    async def _process(self, ts: float, data: bytes) -> None:
+        if self.conn.kind is Kind.UNKNOWN:
+            # Reached the pump before the fast path could look (a toxic was there first).
+            if self.stream is Stream.UPSTREAM and _looks_http(data[:16]):
+                self.conn.become_http()
+            else:
+                self.conn.kind = Kind.TCP
+        framer = self.framer
+        if framer is None or framer.raw:
+            await self._emit(ts, data)
+            return
+        try:
+            events = framer.feed(data)
+        except http1.HttpProtocolError as exc:
+            log.info("%s: not HTTP any more (%s); relaying raw", self.conn.proxy.name, exc)
+            await self._emit(ts, framer.fail())
+            return
+        for event in events:
+            await self._http_event(ts, event)
+
+    # ---- HTTP ------------------------------------------------------------------------
+    async def _http_event(self, ts: float, event: http1.Event) -> None:
+        if self.stream is Stream.UPSTREAM:
+            await self._request_event(ts, event)
+        else:
+            await self._response_event(ts, event)
+
+    async def _request_event(self, ts: float, event: http1.Event) -> None:
+        if isinstance(event, http1.Head):
+            self.counters.http_requests += 1
+            await self._request_head(ts, event)
+        elif isinstance(event, http1.Body | http1.End):
+            if self.dropping:
+                if isinstance(event, http1.End):
+                    self.dropping = False
+                    self.conn.down._wake()
+                return
+            await self._emit(ts, http1.encode(event))
+        else:
+            await self._emit(ts, event.data)
+
+    async def _request_head(self, ts: float, head: http1.Head) -> None:
+        now = time.monotonic()
+        for link in self.conn.chain(self.stream):
+            toxic = link.toxic
+            attrs = toxic.attrs
+            if not link.live:
+                continue
+            if isinstance(attrs, HttpErrorAttrs) and toxic.take(now):
+                self.counters.acted(toxic.type)
+                self.dropping = True
+                self.conn.expect.append(
+                    http1.error_response(
+                        attrs.status,
+                        retry_after=attrs.retry_after,
+                        body=attrs.body,
+                        content_type=attrs.content_type,
+                    )
+                )
+                self.conn.down._wake()
+                return
+            if isinstance(attrs, HttpLatencyAttrs) and toxic.take(now):
+                self.counters.acted(toxic.type)
+                jitter = random.uniform(-attrs.jitter, attrs.jitter) if attrs.jitter else 0.0  # noqa: S311
+                deadline = ts + max(0.0, attrs.latency + jitter) / 1000.0
+                while link.live and not await self._sleep_until(deadline):
+                    pass
+        self.conn.expect.append(None)
+        down_framer = self.conn.down.framer
+        if down_framer is not None:
+            down_framer.request_methods.append(head.method)
+        if head.header("upgrade") or head.method == "CONNECT":
+            # What follows a successful upgrade is not HTTP; the response decides.
+            pass
+        await self._emit(ts, head.raw)
+
+    async def _answer_refused(self) -> None:
+        """Write the proxy's own responses that are due before the next upstream one."""
+        framer = self.framer
+        while self.conn.expect and self.conn.expect[0] is not None:
+            if framer is not None and not framer.at_boundary:
+                return
+            if self.conn.up.dropping and len(self.conn.expect) == 1:
+                return  # the refused request's body is still arriving
+            response = self.conn.expect.popleft()
+            assert response is not None
+            self.counters.response(int(response[9:12]))
+            await self._write(response)
+
+    async def _response_event(self, ts: float, event: http1.Event) -> None:
+        if isinstance(event, http1.Head):
+            if event.status >= 200:
+                self.counters.response(event.status)
+                if self.conn.expect and self.conn.expect[0] is None:
+                    self.conn.expect.popleft()
+                if event.status == 101 and self.conn.up.framer is not None:
+                    self.conn.up.framer.fail()
+                self.sse = self._sse_for(event)
+            await self._emit(ts, event.raw)
+        elif isinstance(event, http1.Body):
+            if self.sse is not None:
+                await self._sse_body(ts, event)
+            else:
+                await self._emit(ts, http1.encode(event))
+        elif isinstance(event, http1.End):
+            if self.sse is not None:
+                rest = bytes(self.sse.buf)
+                self.sse = None
+                if rest:
+                    await self._emit(ts, http1.encode(http1.Body(rest, event.chunked)))
+            await self._emit(ts, http1.encode(event))
+        else:
+            await self._emit(ts, event.data)
+
+    def _sse_for(self, head: http1.Head) -> _SseState | None:
+        if not head.is_sse or head.status != 200:
+            return None
+        now = time.monotonic()
+        links = [
+            lk
+            for lk in self.conn.chain(self.stream)
+            if lk.toxic.is_sse and lk.live and lk.toxic.take(now)
+        ]
+        return _SseState(links) if links else None
+
+    async def _sse_body(self, ts: float, event: http1.Body) -> None:
+        sse = self.sse
+        assert sse is not None
+        sse.buf += event.data
+        for piece in http1.split_events(sse.buf):
+            await self._sse_gate(sse)
+            sse.sent += 1
+            sse.last = time.monotonic()
+            await self._emit(ts, http1.encode(http1.Body(piece, event.chunked)))
+
+    async def _sse_gate(self, sse: _SseState) -> None:
+        """Before event number ``sse.sent + 1``: cut, stall or drip as the toxics say."""
+        for link in sse.links:
+            attrs = link.toxic.attrs
+            if not link.live:
+                continue
+            if isinstance(attrs, StreamCutAttrs) and sse.sent >= attrs.after_events:
+                self.counters.acted(link.toxic.type)
+                if attrs.mode == "close":
+                    self._finish_now()
+                else:
+                    self.conn.close(reset=True)
+                raise ConnectionGone
+            if isinstance(attrs, StreamStallAttrs) and sse.sent == attrs.after_events:
+                if id(link) in sse.stalled:
+                    continue
+                sse.stalled.add(id(link))
+                self.counters.acted(link.toxic.type)
+                deadline = time.monotonic() + (attrs.stall / 1000.0 if attrs.stall else 1e9)
+                while link.live and not await self._sleep_until(deadline):
+                    pass
+            if isinstance(attrs, StreamDripAttrs) and sse.sent > 0:
+                deadline = sse.last + attrs.interval / 1000.0
+                while link.live and not await self._sleep_until(deadline):
+                    pass
+
+    def _finish_now(self) -> None:
+        """A clean cut: FIN to the client, close the upstream side."""
+        with contextlib.suppress(OSError):
+            self.dst.shutdown(socket.SHUT_WR)
+        self.conn.close()
+
+    # ---- the TCP toxic chain -----------------------------------------------------------
+    async def _emit(self, ts: float, data: bytes) -> None:
+        if not data:
+            return
+        chain = [lk for lk in self.conn.chain(self.stream) if lk.toxic.is_tcp]
+        await self._through(chain, 0, ts, data)
+
+    async def _through(self, chain: list[Link], i: int, ts: float, data: bytes) -> None:
+        while i < len(chain) and not chain[i].live:
+            i += 1
+        if i == len(chain):
+            await self._write(data)
+            return
+        link = chain[i]
+        attrs = link.toxic.attrs
+        if isinstance(attrs, LatencyAttrs):
+            jitter = random.uniform(-attrs.jitter, attrs.jitter) if attrs.jitter else 0.0  # noqa: S311
+            deadline = ts + max(0.0, attrs.latency + jitter) / 1000.0
+            while link.live and not await self._sleep_until(deadline):
+                pass
+        elif isinstance(attrs, BandwidthAttrs) and attrs.rate > 0:
+            await self._bandwidth(chain, i, ts, data, link, attrs)
+            return
+        elif isinstance(attrs, SlicerAttrs) and attrs.average_size > 0:
+            await self._slicer(chain, i, ts, data, link, attrs)
+            return
+        elif isinstance(attrs, LimitDataAttrs):
+            await self._limit_data(chain, i, ts, data, link, attrs)
+            return
+        elif isinstance(attrs, TimeoutAttrs):
+            await self._hold(link, attrs)
+        elif isinstance(attrs, ResetPeerAttrs):
+            if time.monotonic() >= link.attached + attrs.timeout / 1000.0:
+                self._timer_fired(link)
+        await self._through(chain, i + 1, ts, data)
+
+    async def _bandwidth(
+        self, chain: list[Link], i: int, ts: float, data: bytes, link: Link, attrs: BandwidthAttrs
+    ) -> None:
+        step = attrs.rate * 100  # 100 ms worth of bytes, as Toxiproxy sends them
+        view = memoryview(data)
+        while view:
+            piece = bytes(view[:step])
+            view = view[step:]
+            if link.live:
+                deadline = time.monotonic() + len(piece) / (attrs.rate * 1000.0)
+                while link.live and not await self._sleep_until(deadline):
+                    pass
+            await self._through(chain, i + 1, ts, piece)
+
+    async def _slicer(
+        self, chain: list[Link], i: int, ts: float, data: bytes, link: Link, attrs: SlicerAttrs
+    ) -> None:
+        view = memoryview(data)
+        first = True
+        while view:
+            if not link.live:
+                await self._through(chain, i + 1, ts, bytes(view))
+                return
+            var = attrs.size_variation
+            size = max(1, attrs.average_size + (random.randint(-var, var) if var else 0))  # noqa: S311
+            piece = bytes(view[:size])
+            view = view[size:]
+            if not first and attrs.delay:
+                await self._sleep_until(time.monotonic() + attrs.delay / 1e6)
+            first = False
+            await self._through(chain, i + 1, ts, piece)
+
+    async def _limit_data(
+        self, chain: list[Link], i: int, ts: float, data: bytes, link: Link, attrs: LimitDataAttrs
+    ) -> None:
+        room = attrs.bytes - link.passed
+        if room > 0:
+            piece = data[:room]
+            link.passed += len(piece)
+            await self._through(chain, i + 1, ts, piece)
+        if link.passed >= attrs.bytes:
+            self.counters.acted(link.toxic.type)
+            self.conn.close()
+            raise ConnectionGone
+
+    async def _hold(self, link: Link, attrs: TimeoutAttrs) -> None:
+        """timeout: nothing passes; close after ``timeout`` ms (0 = hold until removed)."""
+        while link.live:
+            if attrs.timeout > 0:
+                deadline = link.attached + attrs.timeout / 1000.0
+                if time.monotonic() >= deadline:
+                    self._timer_fired(link)
+                await self._sleep_until(deadline)
+            else:
+                await self._sleep_until(time.monotonic() + 3600.0)
+            attrs = link.toxic.attrs  # type: ignore[assignment]
+
+    async def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            if self.conn.closed:
+                raise ConnectionGone
+            try:
+                n = self.dst.send(view)
+            except BlockingIOError:
+                n = 0
+            except OSError as exc:
+                if exc.errno in (errno.EPIPE, errno.ECONNRESET, errno.EBADF):
+                    self.conn.close()
+                    raise ConnectionGone from exc
+                raise
+            self.counters.sent[self.idx] += n
+            view = view[n:]
+            if view:
+                await self._writable()
+
+    async def _writable(self) -> None:
+        fut: asyncio.Future[None] = self.loop.create_future()
+
+        def ready() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        self.loop.add_writer(self.dst_fd, ready)
+        self.writing = True
+        try:
+            await fut
+        finally:
+            self._write_off()
+
+
+class _SseState:
+    __slots__ = ("buf", "last", "links", "sent", "stalled")
+
+    def __init__(self, links: list[Link]) -> None:
+        self.links = links
+        self.buf = bytearray()
+        self.sent = 0
+        self.last = time.monotonic()
+        self.stalled: set[int] = set()

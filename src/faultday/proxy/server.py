@@ -1,0 +1,350 @@
+"""Proxies, and the server that holds them and answers Toxiproxy's API.
+
+``ProxyServer`` runs one asyncio loop — in a background thread (``start()``/
+``stop()``, for the engine and tests) or in the calling thread (``run()``, for
+``faultday proxy serve`` and ``python -m faultday.proxy``). Every proxy and the
+API live on that loop; counters are read from any thread as frozen snapshots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import ipaddress
+import logging
+import signal
+import socket
+import threading
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from pydantic import JsonValue
+
+from faultday.errors import FaultdayError
+from faultday.proxy.counters import LiveCounters, ProxyCounters
+from faultday.proxy.eventloop import new_event_loop
+from faultday.proxy.models import ProxySpec, split_hostport
+from faultday.proxy.relay import Connection
+from faultday.proxy.toxics import Toxic
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+CONNECT_TIMEOUT = 10.0
+_ACCEPT_BATCH = 64
+
+
+class ProxyError(FaultdayError):
+    """A proxy could not be created, started or changed."""
+
+
+class Proxy:
+    """One listening address forwarding to one upstream, with its toxics."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, spec: ProxySpec) -> None:
+        self.loop = loop
+        self.name = spec.name
+        self.upstream = spec.upstream
+        self.listen = spec.listen
+        self.enabled = False
+        self.toxics: list[Toxic] = []
+        self.counters = LiveCounters()
+        self.connections: set[Connection] = set()
+        self.changed: asyncio.Future[None] = loop.create_future()
+        self._lsock: socket.socket | None = None
+        self._addr: tuple[int, tuple[str, int]] | None = None
+
+    # ---- listening -------------------------------------------------------------------
+    async def start(self) -> None:
+        if self.enabled:
+            return
+        host, port = split_hostport(self.listen)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(1024)
+        except OSError as exc:
+            sock.close()
+            raise ProxyError(f"proxy {self.name}: cannot listen on {self.listen}: {exc}") from exc
+        sock.setblocking(False)
+        bound = sock.getsockname()
+        self.listen = (
+            f"[{bound[0]}]:{bound[1]}" if family == socket.AF_INET6 else (f"{bound[0]}:{bound[1]}")
+        )
+        self._lsock = sock
+        self.enabled = True
+        self.loop.add_reader(sock.fileno(), self._accept)
+        log.info("proxy %s listening on %s -> %s", self.name, self.listen, self.upstream)
+
+    def stop(self) -> None:
+        """Stop listening and close every open connection (``enabled: false``)."""
+        if self._lsock is not None:
+            self.loop.remove_reader(self._lsock.fileno())
+            self._lsock.close()
+            self._lsock = None
+        self.enabled = False
+        for conn in list(self.connections):
+            conn.close()
+
+    def set_upstream(self, upstream: str) -> None:
+        self.upstream = upstream
+        self._addr = None
+
+    # ---- connections -------------------------------------------------------------------
+    def _accept(self) -> None:
+        lsock = self._lsock
+        if lsock is None:
+            return
+        for _ in range(_ACCEPT_BATCH):
+            try:
+                client, _addr = lsock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.warning("proxy %s: accept failed: %s", self.name, exc)
+                return
+            client.setblocking(False)
+            with contextlib.suppress(OSError):
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.counters.connections_total += 1
+            self.counters.connections_active += 1
+            if self._addr is None:
+                self.loop.create_task(self._resolve_then_connect(client))
+            else:
+                self._connect(client, self._addr)
+
+    async def _resolve_then_connect(self, client: socket.socket) -> None:
+        try:
+            self._addr = await self._resolve()
+        except (OSError, ValueError) as exc:
+            log.warning("proxy %s: cannot resolve upstream %s: %s", self.name, self.upstream, exc)
+            self._drop(client)
+            return
+        self._connect(client, self._addr)
+
+    async def _resolve(self) -> tuple[int, tuple[str, int]]:
+        host, port = split_hostport(self.upstream)
+        with contextlib.suppress(ValueError):
+            ip = ipaddress.ip_address(host)
+            return (socket.AF_INET6 if ip.version == 6 else socket.AF_INET, (host, port))
+        infos = await asyncio.wait_for(
+            self.loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), CONNECT_TIMEOUT
+        )
+        family, _, _, _, addr = infos[0]
+        return (family, (str(addr[0]), int(addr[1])))
+
+    def _connect(self, client: socket.socket, addr: tuple[int, tuple[str, int]]) -> None:
+        up = socket.socket(addr[0], socket.SOCK_STREAM)
+        up.setblocking(False)
+        with contextlib.suppress(OSError):
+            up.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        err = up.connect_ex(addr[1])
+        if err == 0:
+            self._connected(client, up)
+        elif err == errno.EINPROGRESS:
+            timer = self.loop.call_later(
+                CONNECT_TIMEOUT, self._connect_failed, client, up, "timeout"
+            )
+            self.loop.add_writer(up.fileno(), self._connect_done, client, up, timer)
+        else:
+            self._connect_failed(client, up, errno.errorcode.get(err, str(err)))
+
+    def _connect_done(
+        self, client: socket.socket, up: socket.socket, timer: asyncio.TimerHandle
+    ) -> None:
+        timer.cancel()
+        self.loop.remove_writer(up.fileno())
+        err = up.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            self._connect_failed(client, up, errno.errorcode.get(err, str(err)))
+        else:
+            self._connected(client, up)
+
+    def _connect_failed(self, client: socket.socket, up: socket.socket, why: str) -> None:
+        if up.fileno() >= 0:
+            self.loop.remove_writer(up.fileno())
+        up.close()
+        self._addr = None  # resolve again next time: the upstream may have moved
+        log.info("proxy %s: upstream %s unreachable (%s)", self.name, self.upstream, why)
+        self._drop(client)
+
+    def _drop(self, client: socket.socket) -> None:
+        client.close()
+        self.counters.connections_active -= 1
+
+    def _connected(self, client: socket.socket, up: socket.socket) -> None:
+        if not self.enabled:
+            client.close()
+            up.close()
+            self.counters.connections_active -= 1
+            return
+        conn = Connection(self, client, up)
+        self.connections.add(conn)
+        conn.start()
+
+    def connection_closed(self, conn: Connection) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            self.counters.connections_active -= 1
+
+    # ---- toxics ------------------------------------------------------------------------
+    def toxic(self, name: str) -> Toxic | None:
+        return next((t for t in self.toxics if t.name == name), None)
+
+    def add_toxic(self, toxic: Toxic) -> None:
+        self.toxics.append(toxic)
+        self.notify()
+
+    def remove_toxic(self, toxic: Toxic) -> None:
+        toxic.active = False
+        self.toxics.remove(toxic)
+        self.notify()
+
+    def clear_toxics(self) -> None:
+        for toxic in self.toxics:
+            toxic.active = False
+        self.toxics.clear()
+        self.notify()
+
+    def notify(self) -> None:
+        """Wake every sleeping toxic and move connections between fast and toxic paths."""
+        old, self.changed = self.changed, self.loop.create_future()
+        old.set_result(None)
+        for conn in list(self.connections):
+            conn.toxics_changed()
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {
+            "name": self.name,
+            "listen": self.listen,
+            "upstream": self.upstream,
+            "enabled": self.enabled,
+            "toxics": [t.to_json() for t in self.toxics],
+        }
+
+
+class ProxyServer:
+    """The Toxiproxy-API server and its proxies, on one event loop."""
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.host = host
+        self.port = port
+        self.proxies: dict[str, Proxy] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise ProxyError("proxy server is not running")
+        return self._loop
+
+    @property
+    def api_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    # ---- running -----------------------------------------------------------------------
+    async def serve(self, on_ready: Callable[[ProxyServer], None] | None = None) -> None:
+        """Serve until ``shutdown()``; the API is bound when ``on_ready`` is called."""
+        from faultday.proxy.api import ApiHandler  # the API imports this module
+
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        handler = ApiHandler(self)
+        server = await asyncio.start_server(handler.handle, self.host, self.port, limit=1 << 20)
+        self.port = int(server.sockets[0].getsockname()[1])
+        log.info("faultday proxy API listening on %s", self.api_url)
+        try:
+            if on_ready is not None:
+                on_ready(self)
+            await self._stopping.wait()
+        finally:
+            server.close()
+            for proxy in list(self.proxies.values()):
+                proxy.stop()
+            self.proxies.clear()
+            await handler.close()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(server.wait_closed(), 2.0)
+
+    def shutdown(self) -> None:
+        """Ask ``serve()`` to return; callable from any thread."""
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(stopping.set)
+
+    def run(self, on_ready: Callable[[ProxyServer], None] | None = None) -> None:
+        """Serve in the calling thread until SIGINT/SIGTERM."""
+        loop = new_event_loop()
+        asyncio.set_event_loop(loop)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.shutdown)
+        try:
+            loop.run_until_complete(self.serve(on_ready))
+        finally:
+            loop.close()
+
+    def start(self, *, timeout: float = 10.0) -> ProxyServer:
+        """Serve in a background thread; return once the API answers."""
+        if self._thread is not None:
+            raise ProxyError("proxy server already started")
+        self._thread = threading.Thread(
+            target=self._thread_main, name="faultday-proxy", daemon=True
+        )
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise ProxyError(f"proxy server did not start within {timeout:g}s")
+        if self._error is not None:
+            raise ProxyError(f"proxy server failed to start: {self._error}") from self._error
+        return self
+
+    def _thread_main(self) -> None:
+        loop = new_event_loop()
+        try:
+            loop.run_until_complete(self.serve(lambda _s: self._ready.set()))
+        except BaseException as exc:  # reported to start()'s caller, not swallowed
+            self._error = exc
+            log.exception("proxy server stopped with an error")
+        finally:
+            self._ready.set()
+            loop.close()
+
+    def stop(self, *, timeout: float = 10.0) -> None:
+        self.shutdown()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise ProxyError(f"proxy server did not stop within {timeout:g}s")
+            self._thread = None
+
+    def __enter__(self) -> ProxyServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- in-process access (any thread) ---------------------------------------------------
+    def counters(self, name: str) -> ProxyCounters:
+        proxy = self.proxies.get(name)
+        if proxy is None:
+            raise ProxyError(f"no proxy named {name!r}")
+        return proxy.counters.snapshot(name)
+
+    def all_counters(self) -> dict[str, ProxyCounters]:
+        return {name: p.counters.snapshot(name) for name, p in list(self.proxies.items())}
+
+    def call(self, fn: Callable[[], Awaitable[T]], *, timeout: float = 10.0) -> T:
+        """Run ``fn()`` on the proxy loop from another thread and wait for its result."""
+
+        async def runner() -> T:
+            return await fn()
+
+        fut = asyncio.run_coroutine_threadsafe(runner(), self.loop)
+        return fut.result(timeout)

@@ -1,0 +1,98 @@
+"""Toxics as the proxy holds them, and each connection's view of one (its link)."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, JsonValue
+
+from faultday.proxy.models import HTTP_TYPES, SSE_TYPES, HttpErrorAttrs, Stream, ToxicSpec
+
+TCP_TYPES = frozenset(
+    {"latency", "bandwidth", "slow_close", "timeout", "reset_peer", "slicer", "limit_data", "noop"}
+)
+
+
+class Toxic:
+    """One toxic on one proxy. Mutable in place (``POST .../toxics/{name}`` updates it)."""
+
+    def __init__(self, spec: ToxicSpec, attrs: BaseModel) -> None:
+        self.name = spec.resolved_name()
+        self.type = spec.type
+        self.stream = spec.stream
+        self.toxicity = spec.toxicity
+        self.attrs = attrs
+        self.active = True
+        self.created = time.monotonic()
+        self.hits = 0  # requests or streams acted on, for first_n
+
+    @property
+    def is_tcp(self) -> bool:
+        return self.type in TCP_TYPES
+
+    @property
+    def is_http(self) -> bool:
+        return self.type in HTTP_TYPES
+
+    @property
+    def is_sse(self) -> bool:
+        return self.type in SSE_TYPES
+
+    def within_limits(self, now: float) -> bool:
+        """first_n / limit_time of faultday's HTTP and SSE toxics."""
+        first_n = getattr(self.attrs, "first_n", 0)
+        limit_time = getattr(self.attrs, "limit_time", 0)
+        if first_n and self.hits >= first_n:
+            return False
+        return not (limit_time and (now - self.created) * 1000.0 >= limit_time)
+
+    def take(self, now: float) -> bool:
+        """Decide one request/stream: within limits (and rate for http_error); counts a hit."""
+        if not self.within_limits(now):
+            return False
+        if isinstance(self.attrs, HttpErrorAttrs) and random.random() >= self.attrs.rate:  # noqa: S311
+            return False
+        self.hits += 1
+        return True
+
+    def to_json(self) -> dict[str, JsonValue]:
+        attrs: dict[str, JsonValue] = self.attrs.model_dump(mode="json")
+        return {
+            "name": self.name,
+            "type": self.type,
+            "stream": self.stream.value,
+            "toxicity": self.toxicity,
+            "attributes": attrs,
+        }
+
+
+@dataclass(slots=True)
+class Link:
+    """A toxic as one connection sees it: toxicity rolled once, timers from attach time."""
+
+    toxic: Toxic
+    enabled: bool
+    attached: float = field(default_factory=time.monotonic)
+    passed: int = 0  # limit_data: bytes let through so far
+
+    @classmethod
+    def roll(cls, toxic: Toxic) -> Link:
+        # Toxiproxy decides toxicity once per connection, not per chunk.
+        return cls(toxic, toxic.toxicity >= 1.0 or random.random() < toxic.toxicity)  # noqa: S311
+
+    @property
+    def live(self) -> bool:
+        return self.enabled and self.toxic.active
+
+
+def applies(toxic: Toxic, stream: Stream, *, http: bool) -> bool:
+    """Does ``toxic`` act on this direction of a connection (HTTP or not)?"""
+    if toxic.is_tcp:
+        return toxic.stream is stream
+    if not http:
+        return False
+    # Request-level toxics act on requests, stream toxics on responses, whatever
+    # ``stream`` says: the HTTP direction is implied by the toxic's meaning.
+    return stream is (Stream.UPSTREAM if toxic.is_http else Stream.DOWNSTREAM)
