@@ -1,0 +1,143 @@
+"""Charts as inline SVG (matplotlib, Agg-free SVG canvas), with fault windows shaded and labelled."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Sequence
+
+import matplotlib as mpl
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_svg import FigureCanvasSVG
+from matplotlib.figure import Figure
+
+from faultday.report.journal import Journal
+from faultday.report.series import Series, SeriesSet
+from faultday.report.view import Chart
+
+FAULT_COLOURS = ("#e4572e", "#f3a712", "#a23b72", "#2e86ab", "#6a4c93", "#3bb273")
+_PROLOGUE = re.compile(r"^.*?(?=<svg)", re.S)
+
+
+def _fault_spans(journal: Journal) -> list[tuple[str, float, float, bool]]:
+    """(name, start, end, happened) per fault; planned times when it never ran."""
+    out = []
+    for f in journal.faults:
+        if f.injected_at is not None:
+            end = f.reverted_at if f.reverted_at is not None else f.injected_at + (f.duration or 0.0)
+            out.append((f.name, f.injected_at, max(end, f.injected_at + 0.05), True))
+        else:
+            out.append((f.name, f.at, f.at + (f.duration or 0.05), False))
+    if not out:  # an old journal without faults: fall back on the planned windows
+        out = [(w.fault or w.label, w.start, w.end, False) for w in journal.windows if w.kind == "fault"]
+    return out
+
+
+def _x_end(journal: Journal) -> float:
+    last = max((e.t for e in journal.events), default=0.0)
+    return max(journal.duration, last, 1.0)
+
+
+def _shade(ax: Axes, journal: Journal, *, label: bool = True) -> None:
+    for i, (name, start, end, happened) in enumerate(_fault_spans(journal)):
+        colour = FAULT_COLOURS[i % len(FAULT_COLOURS)]
+        ax.axvspan(start, end, color=colour, alpha=0.15 if happened else 0.06, lw=0)
+        if label:
+            ax.text(start, 1.0, f" {name}" + ("" if happened else " (planned)"), color=colour,
+                    transform=ax.get_xaxis_transform(), va="bottom", ha="left", fontsize=8,
+                    clip_on=False)
+    for ev in journal.events:
+        if ev.kind == "abort":
+            ax.axvline(ev.t, color="#c00", lw=1.2, ls="--")
+            ax.text(ev.t, 0.5, " abort", color="#c00", transform=ax.get_xaxis_transform(), fontsize=8)
+
+
+def _figure(height: float = 2.6) -> tuple[Figure, Axes]:
+    fig = Figure(figsize=(9.0, height), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    ax.grid(True, alpha=0.3, lw=0.5)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.tick_params(labelsize=8)
+    return fig, ax
+
+
+def _svg(fig: Figure, salt: str) -> str:
+    buf = io.StringIO()
+    # Text as text (small, selectable); a salt per chart keeps element ids unique in one page.
+    with mpl.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
+        FigureCanvasSVG(fig).print_svg(buf)
+    return _PROLOGUE.sub("", buf.getvalue(), count=1).strip()
+
+
+def _plot(ax: Axes, s: Series, label: str, *, scale: float = 1.0, **kw: object) -> None:
+    ax.plot(s.t, [v * scale for v in s.v], label=label, lw=1.3, drawstyle="steps-post", **kw)  # type: ignore[arg-type]
+
+
+def timeline_chart(journal: Journal) -> Chart:
+    spans = _fault_spans(journal)
+    fig, ax = _figure(1.0 + 0.35 * max(1, len(spans)))
+    for i, (name, start, end, happened) in enumerate(spans):
+        colour = FAULT_COLOURS[i % len(FAULT_COLOURS)]
+        ax.barh(i, end - start, left=start, color=colour, alpha=0.85 if happened else 0.25,
+                hatch=None if happened else "//", edgecolor=colour)
+    ax.set_yticks(range(len(spans)), [s[0] for s in spans], fontsize=8)
+    ax.invert_yaxis()
+    for w in journal.windows:
+        if w.kind in ("baseline", "recovery", "steady"):
+            ax.axvspan(w.start, w.end, color="#888", alpha=0.06, lw=0)
+    for ev in journal.events:
+        if ev.kind in ("abort", "error") or ev.kind.startswith(("breaker", "restart", "component")):
+            ax.axvline(ev.t, color="#c00" if ev.kind in ("abort", "error") else "#555", lw=0.8,
+                       ls="--" if ev.kind == "abort" else ":")
+    ax.set_xlim(min(0.0, *(s[1] for s in spans)) if spans else 0.0, _x_end(journal))
+    ax.set_xlabel("scenario time (s)", fontsize=8)
+    return Chart("timeline", "Fault timeline", _svg(fig, f"{journal.run_id}-timeline"))
+
+
+def _line_chart(
+    journal: Journal, name: str, title: str, lines: Sequence[tuple[Series, str, float]], ylabel: str,
+) -> Chart:
+    fig, ax = _figure()
+    for s, label, scale in lines:
+        _plot(ax, s, label, scale=scale)
+    _shade(ax, journal)
+    ax.set_xlim(left=min(0.0, *(s.t[0] for s, _, _ in lines if s.t)), right=_x_end(journal))
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_xlabel("scenario time (s)", fontsize=8)
+    # Above the plot, so every chart keeps the same plot width and the x axes line up.
+    ax.legend(fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.02), ncol=4, frameon=False,
+              borderaxespad=0.0)
+    return Chart(name, title, _svg(fig, f"{journal.run_id}-{name}"))
+
+
+def make_charts(journal: Journal, series: SeriesSet) -> list[Chart]:
+    """The fault timeline always; latency, throughput and degraded share when the run has series."""
+    charts = [timeline_chart(journal)]
+    if not series:
+        return charts
+    lat = [
+        (s, label, 1000.0)
+        for key, label in (("load_e2e_p50", "e2e p50"), ("load_e2e_p99", "e2e p99"),
+                           ("load_ttft_p50", "TTFT p50"), ("load_ttft_p99", "TTFT p99"))
+        if (s := series.get(key)) is not None
+    ]
+    if lat:
+        charts.append(_line_chart(journal, "latency", "Latency p50/p99 and time to first token",
+                                  lat, "ms"))
+    interval = series.interval()
+    tput = [
+        (s, label, scale)
+        for key, label, scale in (("load_rps", "requests/s", 1.0),
+                                  ("load_errors", "errors/s", 1.0 / interval))
+        if (s := series.get(key)) is not None
+    ]
+    if tput:
+        charts.append(_line_chart(journal, "throughput", "Requests/s and errors/s", tput, "per second"))
+    deg = [(s, s.label("reason"), 100.0) for s in series.all("load_degraded_share") if s.labels]
+    total = series.get("load_degraded_share")
+    if total is not None:
+        deg.insert(0, (total, "all degraded", 100.0))
+    if deg:
+        charts.append(_line_chart(journal, "degraded", "Degraded share by reason", deg, "% of requests"))
+    return charts

@@ -1,0 +1,41 @@
+"""The ``faultday.reporters`` plugins: ``(journal, run_dir) -> {artifact name: file name}``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from faultday.report.html import report_html, report_markdown
+from faultday.report.journal import Journal
+from faultday.report.junit import JUNIT_NAME, write_junit
+from faultday.report.view import build_view
+
+log = logging.getLogger(__name__)
+
+CHART_DIR = "charts"
+
+
+def markdown(journal: Journal, run_dir: Path) -> dict[str, str]:
+    """``report.md``, with its charts as SVG files under ``charts/``."""
+    view = build_view(journal, run_dir)
+    (run_dir / CHART_DIR).mkdir(exist_ok=True)
+    files = []
+    for c in view.charts:
+        rel = f"{CHART_DIR}/{c.name}.svg"
+        (run_dir / rel).write_text(c.svg, encoding="utf-8")
+        files.append((c.title, rel))
+    (run_dir / "report.md").write_text(report_markdown(view, files), encoding="utf-8")
+    return {"report.md": "report.md"}
+
+
+def html(journal: Journal, run_dir: Path) -> dict[str, str]:
+    """``report.html``: one self-contained file, charts inline as SVG."""
+    view = build_view(journal, run_dir)
+    (run_dir / "report.html").write_text(report_html(view), encoding="utf-8")
+    return {"report.html": "report.html"}
+
+
+def junit(journal: Journal, run_dir: Path) -> dict[str, str]:
+    """``junit.xml``: one testcase per check."""
+    write_junit([journal], run_dir / JUNIT_NAME, name=f"faultday {journal.run_id}")
+    return {"junit.xml": JUNIT_NAME}
