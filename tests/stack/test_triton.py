@@ -9,12 +9,12 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.http as tc
+from tests.stack.conftest import REPO, marked_processes
 
 from faultday.engine.ledger import Ledger
 from faultday.stack.profile import load_profile
 from faultday.stack.services.embedder.hashing import embed
 from faultday.stack.stack import Stack
-from tests.stack.conftest import REPO, marked_processes
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,9 @@ def test_json_kserve_request_as_the_agent_sends_it(triton: Stack) -> None:
         "inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": ["hello"]}],
         "outputs": [{"name": "EMBEDDING"}],
     }
-    r = httpx.post(f"{triton.endpoints()['triton']}/v2/models/embedder/infer", json=body, timeout=10)
+    r = httpx.post(
+        f"{triton.endpoints()['triton']}/v2/models/embedder/infer", json=body, timeout=10
+    )
     assert r.status_code == 200, r.text
     out = r.json()["outputs"][0]
     assert out["shape"] == [1, 384]

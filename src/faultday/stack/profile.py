@@ -9,7 +9,9 @@ Command lines and environment values are templates. The supervisor fills in:
 * ``{url:X}`` / ``{endpoint:X}`` (base URL of component X *as this component
   sees it*: the proxy's listen address when the edge ``this->X`` is proxied),
   ``{addr:X}`` (``host:port`` likewise),
-* ``{python}``, ``{run_dir}``, ``{log_dir}``, ``{name}``, ``{policy}``,
+* ``{python}``, ``{run_dir}``, ``{log_dir}``, ``{work_dir}`` (``<run_dir>/<name>``,
+  created before start), ``{profile_dir}`` (the profile file's folder),
+  ``{name}``, ``{policy}``,
   ``{setting:KEY}``, ``{libpython_dir}``, ``{env:VAR}``.
 """
 
@@ -37,7 +39,18 @@ EDGE_SEP = "->"
 PACKAGED_PROFILES = Path(__file__).parent / "profiles"
 
 _PLAIN_KEYS = frozenset(
-    {"host", "port", "python", "run_dir", "log_dir", "name", "policy", "libpython_dir"}
+    {
+        "host",
+        "port",
+        "python",
+        "run_dir",
+        "log_dir",
+        "work_dir",
+        "profile_dir",
+        "name",
+        "policy",
+        "libpython_dir",
+    }
 )
 _ARG_KEYS = frozenset({"port", "url", "endpoint", "addr", "setting", "env"})
 
@@ -77,6 +90,11 @@ class ComponentSpec(Strict):
     env: dict[str, str] = Field(default_factory=dict)
     ports: tuple[str, ...] | None = Field(default=None, description="named ports to allocate")
     depends_on: tuple[str, ...] = ()
+    eager: bool = Field(
+        default=False,
+        description="start without waiting for the components it only addresses "
+        "({url:X}, edges); it must tolerate dependencies that are still starting",
+    )
     ready: ProbeSpec | None = None
     restart: RestartSpec = RestartSpec()
     stop_grace: Duration | None = Field(
@@ -155,6 +173,17 @@ class StackProfile(Strict):
             for key, arg in template_refs(text):
                 if key in ("url", "endpoint", "addr") and arg:
                     deps.add(arg)
+        deps.discard(component)
+        return deps
+
+    def wait_for(self, component: str) -> set[str]:
+        """What must be *ready* before ``component`` starts (all deps unless eager)."""
+        spec = self.spec.components[component]
+        if not spec.eager:
+            return self.dependencies(component)
+        deps = set(spec.depends_on)
+        if self.spec.proxy and any(e.src == component for e in self.edges()):
+            deps.add(self.spec.proxy)  # its edges are created through the proxy's API
         deps.discard(component)
         return deps
 

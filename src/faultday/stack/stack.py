@@ -169,8 +169,8 @@ class Stack:
                 return self._url(arg, self._seen_port(component, arg))
             if key == "addr":
                 return f"{HOST}:{self._seen_port(component, arg)}"
-            if key == "setting":
-                return str(spec.settings[arg])
+            if key == "setting":  # settings may use templates themselves
+                return self._render(component, str(spec.settings[arg]))
             if key == "env":
                 return os.environ.get(arg, "")
             plain = {
@@ -178,6 +178,10 @@ class Stack:
                 "python": sys.executable,
                 "run_dir": str(self.run_dir),
                 "log_dir": str(self.run_dir / LOG_DIR),
+                "work_dir": str(self.run_dir / component),
+                "profile_dir": str(Path(self.profile.source).resolve().parent)
+                if self.profile.source
+                else str(Path.cwd()),
                 "name": component,
                 "policy": self.policy,
                 "libpython_dir": str(sysconfig.get_config_var("LIBDIR") or ""),
@@ -234,7 +238,7 @@ class Stack:
 
     def _start_all(self, deadline: float) -> None:
         comps = list(self.profile.start_order())
-        deps = {c: self.profile.dependencies(c) for c in comps}
+        deps = {c: self.profile.wait_for(c) for c in comps}
         done: set[str] = set()
         running: dict[Future[None], str] = {}
         with ThreadPoolExecutor(max_workers=max(1, len(comps)), thread_name_prefix="up") as pool:
@@ -257,6 +261,7 @@ class Stack:
                     done.add(c)
 
     def _start_one(self, component: str, deadline: float) -> None:
+        (self.run_dir / component).mkdir(parents=True, exist_ok=True)
         self._create_edges(component)
         self.supervisor.start(self._launch(component))
         self._wait_ready(component, deadline - time.monotonic())

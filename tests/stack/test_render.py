@@ -1,0 +1,80 @@
+"""Docker compose and Kubernetes renderings: valid against the real schemas, edges proxied."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from tests.stack.conftest import REPO
+
+from faultday.errors import UsageError
+from faultday.stack.profile import load_profile
+from faultday.stack.render import render_profile
+
+K8S_VERSION = "1.30.0"
+
+
+@pytest.mark.parametrize("name", ["local", "local-real"])
+def test_k8s_manifests_validate_against_kubernetes_schemas(name: str, tmp_path: Path) -> None:
+    [f] = render_profile(load_profile(name, base_dir=REPO), driver="k8s", out=tmp_path)
+    docs = list(yaml.safe_load_all(f.read_text()))
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    assert "proxy" not in deployments  # edges ride sidecars on Kubernetes
+    llm = deployments["llm-primary"]["spec"]["template"]["spec"]
+    assert llm["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1}
+    assert llm["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    qdrant = deployments["qdrant"]["spec"]["template"]["spec"]
+    assert [c["image"].split(":")[0] for c in qdrant["containers"]] == [
+        "qdrant/qdrant",
+        "ghcr.io/shopify/toxiproxy",
+    ]
+    for d in deployments.values():
+        for c in d["spec"]["template"]["spec"]["containers"]:
+            assert "readinessProbe" in c, (d["metadata"]["name"], c["name"])
+
+
+def test_a_broken_manifest_is_caught_by_the_validator(tmp_path: Path) -> None:
+    [f] = render_profile(load_profile("local", base_dir=REPO), driver="k8s", out=tmp_path)
+    doc = next(d for d in yaml.safe_load_all(f.read_text()) if d["kind"] == "Deployment")
+    doc["spec"]["replicas"] = "one"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_compose_routes_agent_edges_through_toxiproxy(tmp_path: Path) -> None:
+    files = render_profile(load_profile("local", base_dir=REPO), driver="docker", out=tmp_path)
+    compose = yaml.safe_load((tmp_path / "compose.yaml").read_text())
+    services = compose["services"]
+    assert services["qdrant"]["image"].startswith("qdrant/qdrant:")
+    assert services["proxy"]["image"].startswith("ghcr.io/shopify/toxiproxy:")
+    assert services["triton"]["image"].startswith("nvcr.io/nvidia/tritonserver:")
+    assert services["llm-primary"]["image"].startswith("vllm/vllm-openai:")
+    proxies = json.loads((tmp_path / "toxiproxy.json").read_text())
+    by_name = {p["name"]: p for p in proxies}
+    assert by_name["agent_to_qdrant"]["upstream"] == "qdrant:6333"
+    listen_port = by_name["agent_to_qdrant"]["listen"].rsplit(":", 1)[1]
+    agent_cmd = services["agent"]["command"]
+    assert agent_cmd[agent_cmd.index("--qdrant") + 1] == f"http://proxy:{listen_port}"
+    assert tmp_path / "models" / "embedder" / "1" / "model.py" in files
+    compile((tmp_path / "models/embedder/1/model.py").read_text(), "model.py", "exec")
+
+
+def test_committed_renderings_are_up_to_date(tmp_path: Path) -> None:
+    profile = load_profile("local", base_dir=REPO)
+    render_profile(profile, driver="docker", out=tmp_path / "docker")
+    render_profile(profile, driver="k8s", out=tmp_path / "k8s")
+    for rel in ("docker/compose.yaml", "docker/toxiproxy.json", "k8s/stack.yaml"):
+        assert (REPO / "stack" / rel).read_text() == (tmp_path / rel).read_text(), (
+            f"stack/{rel} is stale: run `faultday stack render --driver "
+            f"{rel.split('/')[0]} --out stack/{rel.split('/')[0]}`"
+        )
+
+
+def test_unknown_driver_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="docker, k8s"):
+        render_profile(load_profile("local", base_dir=REPO), driver="nomad", out=tmp_path)
