@@ -89,8 +89,15 @@ def _describe(ev: dict[str, Any]) -> tuple[bool, str]:
 
 
 def open_page(path: Path, *, expressions: dict[str, str] | None = None, width: int = 1280,
-              timeout: float = 60.0) -> PageResult:
-    """Load ``path`` (file://), settle, evaluate ``expressions``, take a full-page screenshot."""
+              timeout: float = 60.0, full_page: bool = True) -> PageResult:
+    """Load ``path`` (file://), settle, evaluate ``expressions``, take a screenshot."""
+    return open_pages([path], expressions=expressions, width=width, timeout=timeout,
+                      full_page=full_page)[0]
+
+
+def open_pages(paths: list[Path], *, expressions: dict[str, str] | None = None, width: int = 1280,
+               timeout: float = 60.0, full_page: bool = True) -> list[PageResult]:
+    """Like ``open_page`` for several pages, one browser, a fresh tab each."""
     if CHROMIUM is None:
         raise FileNotFoundError("chromium is not installed (apt-get install -y chromium)")
     profile = tempfile.mkdtemp(prefix="faultday-chromium-")
@@ -102,7 +109,7 @@ def open_page(path: Path, *, expressions: dict[str, str] | None = None, width: i
         url = _devtools_url(proc, timeout)
         cdp = _Cdp(url, timeout)
         try:
-            return _load(cdp, path, expressions or {}, width, timeout)
+            return [_load(cdp, p, expressions or {}, width, timeout, full_page) for p in paths]
         finally:
             cdp.ws.close()
     finally:
@@ -127,13 +134,14 @@ def _devtools_url(proc: subprocess.Popen[str], timeout: float) -> str:
     raise RuntimeError(f"chromium did not start: {''.join(seen[-10:])}")
 
 
-def _load(cdp: _Cdp, path: Path, expressions: dict[str, str], width: int, timeout: float) -> PageResult:
+def _load(cdp: _Cdp, path: Path, expressions: dict[str, str], width: int, timeout: float,
+          full_page: bool) -> PageResult:
     target = cdp.call("Target.createTarget", {"url": "about:blank"})["targetId"]
     session = cdp.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
     for method in ("Runtime.enable", "Log.enable", "Page.enable"):
         cdp.call(method, session=session)
     cdp.call("Emulation.setDeviceMetricsOverride",
-             {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}, session=session)
+             {"width": width, "height": 1500, "deviceScaleFactor": 1, "mobile": False}, session=session)
     cdp.events.clear()
     cdp.call("Page.navigate", {"url": path.resolve().as_uri()}, session=session)
     cdp.wait_event("Page.loadEventFired", timeout)
@@ -142,7 +150,7 @@ def _load(cdp: _Cdp, path: Path, expressions: dict[str, str], width: int, timeou
     for name, expr in expressions.items():
         r = cdp.call("Runtime.evaluate", {"expression": expr, "returnByValue": True}, session=session)
         res.values[name] = r.get("result", {}).get("value")
-    shot = cdp.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True},
+    shot = cdp.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": full_page},
                     session=session, timeout=timeout)
     res.screenshot = base64.b64decode(shot["data"])
     for ev in cdp.events:
@@ -151,6 +159,7 @@ def _load(cdp: _Cdp, path: Path, expressions: dict[str, str], width: int, timeou
             res.console_all.append(text)
         if is_err:
             res.console_errors.append(text)
+    cdp.call("Target.closeTarget", {"targetId": target})
     return res
 
 

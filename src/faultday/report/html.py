@@ -91,3 +91,14 @@ def runbook_index_page(*, facts: StackFacts, runbooks: Sequence[RenderedRunbook]
     return environment(html=True).get_template("runbooks.html.j2").render(
         facts=facts, runbooks=list(runbooks)
     )
+
+
+def gameday_page(**context: object) -> str:
+    """The game day's ``index.html``: scorecard, resilience score, trend, links."""
+    from datetime import UTC, datetime
+
+    env = environment(html=True)
+    env.filters["when"] = lambda ts: (
+        "—" if not ts else datetime.fromtimestamp(float(ts), UTC).strftime("%Y-%m-%d %H:%M UTC")
+    )
+    return env.get_template("gameday.html.j2").render(**context)

@@ -1,0 +1,166 @@
+"""``faultday report``, ``faultday runbook render`` and ``faultday gameday``."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+console = Console(stderr=True, highlight=False)
+out = Console(highlight=False)
+
+runbook_app = typer.Typer(help="Runbooks rendered for a stack.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the ``faultday`` app."""
+    app.command("report")(report)
+    app.command("gameday")(gameday)
+    app.add_typer(runbook_app, name="runbook")
+
+
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder (holding journal.json).")],
+) -> None:
+    """Render a run's reports again from its journal.json."""
+    from faultday.cli import Exit
+    from faultday.errors import UsageError
+    from faultday.report.journal import JOURNAL_NAME, read_journal
+    from faultday.report.render import render_all
+
+    if not (run_dir / JOURNAL_NAME).is_file():
+        raise UsageError(f"{run_dir}: no {JOURNAL_NAME} here (is it a run folder?)")
+    try:
+        journal = read_journal(run_dir)
+    except ValueError as exc:  # pydantic's ValidationError and JSON errors
+        raise UsageError(f"{run_dir / JOURNAL_NAME}: not a journal: {exc}") from exc
+    errors = render_all(journal, run_dir)
+    for err in errors:
+        console.print(f"[red]report error[/] {err}", soft_wrap=True)
+    for name, file in sorted(journal.artifacts.items()):
+        out.print(f"{name}: {run_dir / file}")
+    if errors:
+        raise typer.Exit(Exit.ERROR)
+
+
+@runbook_app.command("render")
+def runbook_render(
+    stack: Annotated[str, typer.Option("--stack", help="Stack profile: local, k8s, docker or a path.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the Markdown and HTML.")],
+    results: Annotated[
+        Path | None, typer.Option("--results", help="A game-day folder: quote its measured numbers.")
+    ] = None,
+    driver: Annotated[
+        str | None, typer.Option("--driver", help="local, docker or k8s (default: from --stack).")
+    ] = None,
+    name: Annotated[
+        list[str] | None, typer.Option("--name", help="Only this runbook (repeatable).")
+    ] = None,
+) -> None:
+    """Write runbooks filled with a stack's facts (and a game day's numbers)."""
+    from faultday.errors import UsageError
+    from faultday.report import runbooks as rb
+    from faultday.report.gameday import measured, read_gameday
+
+    base = Path.cwd()
+    rdir = rb.find_runbook_dir(base)
+    if rdir is None:
+        raise UsageError("no runbooks/ folder with runbook templates here")
+    facts = rb.facts_from_profile(stack, base_dir=base, driver=driver)
+    numbers = measured(read_gameday(results)) if results is not None else []
+    done = rb.render_runbooks(facts=facts, runbook_dir=rdir, out_dir=out_dir, results=numbers,
+                              names=name or None)
+    for r in done:
+        out.print(f"{r.name}: {r.markdown} {r.html}")
+    out.print(f"index: {out_dir / 'index.html'}")
+
+
+def gameday(
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="Scenario files or folders (default: scenarios/).")
+    ] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="Only scenarios with this tag.")] = None,
+    time_scale: Annotated[
+        float, typer.Option("--time-scale", min=0.001, max=100.0, help="Compress every scenario time.")
+    ] = 1.0,
+    report_dir: Annotated[Path, typer.Option("--report-dir", help="Where game days go.")] = Path("reports"),
+    fresh_stack: Annotated[
+        bool, typer.Option("--fresh-stack", help="A new stack per scenario (no reuse).")
+    ] = False,
+    runbook_stack: Annotated[
+        str | None, typer.Option("--runbook-stack", help="Profile the runbooks are rendered for.")
+    ] = None,
+    progress: Annotated[
+        bool | None, typer.Option("--progress/--no-progress", help="Live display (default: on a TTY).")
+    ] = None,
+) -> None:
+    """Run a suite of scenarios; write the scorecard, trend, JUnit and runbooks."""
+    from faultday.cli import VERDICT_EXIT
+    from faultday.report import gameday as gdm
+
+    show = sys.stderr.isatty() if progress is None else progress
+    state: dict[str, object] = {}
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if state.get("stop"):
+            raise KeyboardInterrupt  # second signal: stop waiting; reverts still run
+        state["stop"] = True
+        run = state.get("run")
+        if run is not None:
+            run.request_stop(f"interrupted by {signal.Signals(signum).name}")  # type: ignore[attr-defined]
+
+    bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                   MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=not show)
+    tasks: dict[str, TaskID] = {}
+
+    def on_start(i: int, n: int, name: str) -> None:
+        if "all" not in tasks:
+            tasks["all"] = bar.add_task("game day", total=n)
+        if "one" in tasks:
+            bar.remove_task(tasks.pop("one"))
+        tasks["one"] = bar.add_task(f"  {name}", total=None)
+        if not show:
+            console.print(f"[{i + 1}/{n}] {name} …")
+
+    def on_status(st: object) -> None:
+        if "one" in tasks:
+            bar.update(tasks["one"], total=max(1.0, st.duration), completed=max(0.0, st.t),  # type: ignore[attr-defined]
+                       description=f"  {st.phase} · faults: {', '.join(st.active_faults) or '—'}")  # type: ignore[attr-defined]
+
+    def on_done(i: int, n: int, journal: object) -> None:
+        bar.update(tasks["all"], completed=i + 1)
+        v = journal.verdict  # type: ignore[attr-defined]
+        colour = {"passed": "green", "failed": "red"}.get(v, "yellow")
+        bar.console.print(f"[{colour}]{v.upper():8}[/] {gdm.scenario_name(journal)} — {journal.reason}")  # type: ignore[arg-type,attr-defined]
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with bar:
+            gd, folder = gdm.run_gameday(
+                paths or [Path("scenarios")], tags=tag or (), time_scale=time_scale,
+                report_dir=report_dir, reuse_stack=not fresh_stack, runbook_stack=runbook_stack,
+                progress=gdm.Progress(on_start=on_start, on_status=on_status, on_done=on_done),
+                stop=lambda: bool(state.get("stop")), on_run=lambda r: state.__setitem__("run", r),
+            )
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    score = "—" if gd.score is None else f"{gd.score:.1f}"
+    console.print(f"game day {gd.verdict.upper()} — resilience score {score}"
+                  + (f" (previous {gd.previous})" if gd.previous else ""))
+    out.print(f"index: {folder / 'index.html'}")
+    raise typer.Exit(VERDICT_EXIT[gd.verdict])

@@ -1,0 +1,507 @@
+"""The quarterly game day: run a suite of scenarios, score it, compare with the last one, render.
+
+Outputs, in ``<report-dir>/gameday-<UTC stamp>/``: one run folder per scenario
+(journal + reports), ``gameday.json`` (this model: the input of the next game
+day's trend and of ``faultday runbook render --results``), ``index.html``,
+``junit.xml`` and ``runbooks/``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from faultday.errors import FaultdayError, ScenarioError, UsageError
+from faultday.report.journal import Journal, RunVerdict
+from faultday.report.view import not_evaluated, scenario_name
+
+if TYPE_CHECKING:
+    from faultday.engine.runner import Status
+    from faultday.injectors.base import TargetKind
+    from faultday.report.runbooks import Measured
+    from faultday.scenario.loader import LoadedScenario
+
+log = logging.getLogger(__name__)
+
+GAMEDAY_VERSION = 1
+GAMEDAY_JSON = "gameday.json"
+GAMEDAY_PREFIX = "gameday-"
+
+# Resilience score weights per check (docs/reports.md). What users lose decides the weight:
+# lost work and double side effects worst, then errors and a missing degradation path,
+# then the mechanisms (breakers, retries), then speed.
+CHECK_WEIGHTS: dict[str, float] = {
+    "tasks_lost": 5.0, "duplicate_side_effects": 5.0,
+    "error_rate": 3.0, "fallback_rate": 3.0, "recovery_time": 3.0,
+    "breaker": 2.0, "retry_amplification": 2.0, "degraded_reason": 2.0, "recall": 2.0, "audit": 2.0,
+    "latency": 1.0, "throughput": 1.0, "goodput": 1.0, "health": 1.0, "metric": 1.0,
+}
+DEFAULT_WEIGHT = 1.0
+# The worse of two verdicts decides a game day's exit status.
+VERDICT_RANK = {RunVerdict.PASSED: 0, RunVerdict.FAILED: 1, RunVerdict.ABORTED: 2,
+                RunVerdict.ERROR: 3, RunVerdict.RUNNING: 3}
+
+
+def weight(check: str) -> float:
+    return CHECK_WEIGHTS.get(check, DEFAULT_WEIGHT)
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Trend(StrEnum):
+    BETTER = "better"
+    WORSE = "worse"
+    SAME = "same"
+    NEW = "new"
+
+
+class GameDayCheck(_M):
+    section: str
+    check: str
+    label: str
+    window: str
+    verdict: str  # passed | failed | error | not-evaluated
+    expected: str = ""
+    observed: str = ""
+    weight: float = DEFAULT_WEIGHT
+
+    @property
+    def key(self) -> str:
+        return f"{self.section}|{self.label}"
+
+
+class GameDayScenario(_M):
+    name: str
+    title: str
+    file: str
+    run_dir: str = Field(description="relative to the game-day folder")
+    verdict: RunVerdict
+    reason: str = ""
+    severity: str = ""
+    runbook: str | None = None
+    score: float | None = None
+    checks: list[GameDayCheck] = Field(default_factory=list)
+
+
+class GameDay(_M):
+    version: int = GAMEDAY_VERSION
+    id: str
+    started: float
+    ended: float | None = None
+    time_scale: float = 1.0
+    tags: list[str] = Field(default_factory=list)
+    paths: list[str] = Field(default_factory=list)
+    verdict: RunVerdict = RunVerdict.RUNNING
+    score: float | None = None
+    previous: str | None = Field(default=None, description="id of the game day compared against")
+    scenarios: list[GameDayScenario] = Field(default_factory=list)
+    stack_notes: list[str] = Field(default_factory=list)
+
+    def write(self, folder: Path) -> Path:
+        path = folder / GAMEDAY_JSON
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(self.model_dump_json(indent=2), encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
+
+def read_gameday(folder: Path) -> GameDay:
+    path = folder / GAMEDAY_JSON if folder.is_dir() else folder
+    if not path.is_file():
+        raise UsageError(f"{folder}: no {GAMEDAY_JSON} here (is it a game-day folder?)")
+    return GameDay.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+# ---- scoring ----------------------------------------------------------------------
+
+
+def scenario_checks(journal: Journal) -> list[GameDayCheck]:
+    """Judged checks, plus declared ones a stopped run never judged (counted as not passed)."""
+    out = [
+        GameDayCheck(section=c.section, check=c.check, label=c.label, window=c.window,
+                     verdict=c.verdict, expected=c.expected, observed=c.observed,
+                     weight=weight(c.check))
+        for c in journal.checks
+    ]
+    for item in not_evaluated(journal):
+        section, _, label = item.partition(": ")
+        check = label.rsplit(": ", 1)[-1]
+        out.append(GameDayCheck(section=section, check=check, label=label, window="",
+                                verdict="not-evaluated", weight=weight(check)))
+    return out
+
+
+def score(checks: Sequence[GameDayCheck]) -> float | None:
+    """100 × passed weight ÷ total weight; None when nothing was checked."""
+    total = sum(c.weight for c in checks)
+    if not total:
+        return None
+    return round(100.0 * sum(c.weight for c in checks if c.verdict == "passed") / total, 1)
+
+
+def summarize(journal: Journal, gameday_dir: Path) -> GameDayScenario:
+    checks = scenario_checks(journal)
+    sc = score(checks)
+    if journal.verdict in (RunVerdict.ERROR, RunVerdict.RUNNING) and not checks:
+        sc = 0.0  # a scenario that could not run proves nothing: it scores zero
+    return GameDayScenario(
+        name=scenario_name(journal), title=journal.title, file=journal.scenario_file,
+        run_dir=os.path.relpath(journal.run_dir, gameday_dir), verdict=journal.verdict,
+        reason=journal.reason, severity=journal.severity, runbook=journal.runbook, score=sc,
+        checks=checks,
+    )
+
+
+def overall(gd: GameDay) -> None:
+    """Fill in the game day's score and worst verdict from its scenarios."""
+    checks = [c for s in gd.scenarios for c in s.checks]
+    total = score(checks)
+    errored = [s for s in gd.scenarios if s.score == 0.0 and not s.checks]
+    if errored and checks:
+        # Every scenario weighs at least one unit, so one that could not run pulls the score down.
+        w = sum(c.weight for c in checks)
+        total = round((total or 0.0) * w / (w + len(errored)), 1)
+    gd.score = total if checks else (0.0 if errored else None)
+    gd.verdict = max((s.verdict for s in gd.scenarios), key=lambda v: VERDICT_RANK[v],
+                     default=RunVerdict.PASSED)
+
+
+# ---- trend ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CheckTrend:
+    scenario: str
+    label: str
+    section: str
+    before: str
+    after: str
+    observed_before: str
+    observed_after: str
+    trend: Trend
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioTrend:
+    scenario: str
+    before: str
+    after: str
+    score_before: float | None
+    score_after: float | None
+    trend: Trend
+
+
+_NUM = re.compile(r"[-+]?\d+(?:\.\d+)?")
+
+
+def _direction(before: str, after: str) -> Trend:
+    good_b, good_a = before == "passed", after == "passed"
+    if good_a and not good_b:
+        return Trend.BETTER
+    if good_b and not good_a:
+        return Trend.WORSE
+    return Trend.SAME
+
+
+def find_previous(report_dir: Path, current: GameDay) -> GameDay | None:
+    """The latest game day in ``report_dir`` that started before ``current``."""
+    best: GameDay | None = None
+    for path in sorted(report_dir.glob(f"{GAMEDAY_PREFIX}*/{GAMEDAY_JSON}")):
+        try:
+            gd = read_gameday(path)
+        except (FaultdayError, ValueError) as exc:
+            log.warning("ignoring %s: %s", path, exc)
+            continue
+        if gd.id == current.id or gd.started >= current.started:
+            continue
+        if best is None or gd.started > best.started:
+            best = gd
+    return best
+
+
+def trends(previous: GameDay | None, current: GameDay) -> tuple[list[ScenarioTrend], list[CheckTrend]]:
+    if previous is None:
+        return [], []
+    prev = {s.name: s for s in previous.scenarios}
+    st: list[ScenarioTrend] = []
+    ct: list[CheckTrend] = []
+    for s in current.scenarios:
+        p = prev.get(s.name)
+        if p is None:
+            st.append(ScenarioTrend(s.name, "—", s.verdict, None, s.score, Trend.NEW))
+            continue
+        if p.score is not None and s.score is not None and p.score != s.score:
+            t = Trend.BETTER if s.score > p.score else Trend.WORSE
+        else:
+            t = _direction(p.verdict, s.verdict)
+        st.append(ScenarioTrend(s.name, p.verdict, s.verdict, p.score, s.score, t))
+        before = {c.key: c for c in p.checks}
+        for c in s.checks:
+            b = before.get(c.key)
+            if b is None:
+                ct.append(CheckTrend(s.name, c.label, c.section, "—", c.verdict, "", c.observed,
+                                     Trend.NEW))
+                continue
+            ct.append(CheckTrend(s.name, c.label, c.section, b.verdict, c.verdict, b.observed,
+                                 c.observed, _direction(b.verdict, c.verdict)))
+    return st, ct
+
+
+# ---- running ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Progress:
+    """Callbacks for a live display; all optional."""
+
+    on_start: Callable[[int, int, str], None] | None = None
+    on_status: Callable[[Status], None] | None = None
+    on_done: Callable[[int, int, Journal], None] | None = None
+
+
+def load_suite(paths: Sequence[Path], *, tags: Sequence[str], base_dir: Path) -> list[LoadedScenario]:
+    """Every scenario under ``paths`` carrying one of ``tags``; all invalid ones reported at once."""
+    from faultday.scenario.loader import find_scenarios, load_scenario
+
+    files = find_scenarios(paths)
+    if not files:
+        raise UsageError(f"no *.scenario.yaml files in {', '.join(map(str, paths))}")
+    resolver = _target_resolver(base_dir)
+    loaded, problems = [], []
+    for f in files:
+        try:
+            loaded.append(load_scenario(f, resolve_targets=resolver))
+        except ScenarioError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ScenarioError(problems)
+    if tags:
+        loaded = [x for x in loaded if set(tags) & set(x.scenario.metadata.tags)]
+        if not loaded:
+            raise UsageError(f"no scenario is tagged {', '.join(tags)}")
+    return loaded
+
+
+def _target_resolver(base_dir: Path) -> Callable[[str], dict[str, TargetKind]]:
+    """Targets of a stack profile, so a scenario naming an unknown component fails up front."""
+    from faultday.injectors.base import TargetKind
+    from faultday.stack.profile import EDGE_SEP, load_profile
+
+    def resolve(stack: str) -> dict[str, TargetKind]:
+        profile = load_profile(stack, base_dir=base_dir)
+        return {n: TargetKind.EDGE if EDGE_SEP in n else TargetKind.COMPONENT
+                for n in profile.target_names()}
+
+    return resolve
+
+
+class _StackPool:
+    """One stack shared by consecutive scenarios with the same stack and policy.
+
+    Rebuilt when the next scenario wants another stack, and after a run that may
+    have left it changed: one that did not pass cleanly, failed a revert, or
+    left a component that is not ready.
+    """
+
+    def __init__(self, gameday_dir: Path, *, base_dir: Path, notes: list[str]) -> None:
+        self.dir = gameday_dir
+        self.base_dir = base_dir
+        self.notes = notes
+        self.key: tuple[str, str | None] | None = None
+        self.stack: object | None = None
+        self.count = 0
+
+    def get(self, loaded: LoadedScenario) -> object:
+        from faultday.engine.ledger import Ledger
+        from faultday.engine.stacks import build_stack
+        from faultday.scenario.loader import stack_ref
+
+        spec = loaded.scenario.spec
+        key = (stack_ref(spec.stack, loaded.file), spec.policy)
+        if self.stack is not None and key == self.key:
+            return self.stack
+        self.close()
+        self.count += 1
+        folder = self.dir / f"stack-{self.count}"
+        folder.mkdir(parents=True, exist_ok=True)
+        stack = build_stack(spec.stack, scenario_file=loaded.file, base_dir=self.base_dir,
+                            run_dir=folder, ledger=Ledger.in_dir(folder), policy=spec.policy)
+        stack.up()  # type: ignore[attr-defined]
+        self.stack, self.key = stack, key
+        self.notes.append(f"stack {self.count} ({key[0]}, policy {key[1] or 'default'}) "
+                          f"up for {loaded.scenario.name}; logs in {folder.name}/")
+        return stack
+
+    def after(self, journal: Journal) -> None:
+        if self.stack is None:
+            return
+        why = ""
+        if journal.verdict not in (RunVerdict.PASSED, RunVerdict.FAILED):
+            why = f"run {journal.verdict}"
+        elif any(f.revert_ok is False for f in journal.faults):
+            why = "a revert failed"
+        else:
+            why = self._unready()
+        if why:
+            self.notes.append(f"stack {self.count} restarted after {scenario_name(journal)}: {why}")
+            self.close()
+
+    def _unready(self) -> str:
+        try:
+            info = self.stack.describe()  # type: ignore[union-attr]
+        except Exception as exc:  # a stack that cannot describe itself is not reused
+            return f"cannot describe it: {exc}"
+        bad = [c.name for c in info.components if c.health not in ("ready", "running")]
+        return f"not ready: {', '.join(bad)}" if bad else ""
+
+    def close(self) -> None:
+        stack, self.stack, self.key = self.stack, None, None
+        if stack is not None:
+            try:
+                stack.down()  # type: ignore[attr-defined]
+            except Exception as exc:
+                self.notes.append(f"stack down failed: {exc}")
+                log.exception("stack down failed")
+
+
+def run_gameday(
+    paths: Sequence[Path], *, tags: Sequence[str] = (), time_scale: float = 1.0,
+    report_dir: Path = Path("reports"), base_dir: Path | None = None, reuse_stack: bool = True,
+    progress: Progress | None = None, runbook_stack: str | None = None,
+    stop: Callable[[], bool] | None = None,
+    on_run: Callable[[object], None] | None = None,
+) -> tuple[GameDay, Path]:
+    """Run every scenario one after the other; write the game day's outputs. Returns it and its folder."""
+    from faultday.report.render import render_all
+
+    base = base_dir or Path.cwd()
+    suite = load_suite(paths, tags=tags, base_dir=base)
+    prog = progress or Progress()
+    now = datetime.now(UTC)
+    folder = report_dir / f"{GAMEDAY_PREFIX}{now.strftime('%Y%m%dT%H%M%S')}"
+    n = 1
+    while folder.exists():
+        n += 1
+        folder = report_dir / f"{GAMEDAY_PREFIX}{now.strftime('%Y%m%dT%H%M%S')}-{n}"
+    folder.mkdir(parents=True)
+    gd = GameDay(id=folder.name, started=now.timestamp(), time_scale=time_scale, tags=list(tags),
+                 paths=[str(p) for p in paths])
+    gd.write(folder)
+    pool = _StackPool(folder, base_dir=base, notes=gd.stack_notes) if reuse_stack else None
+    journals: list[Journal] = []
+    try:
+        for i, loaded in enumerate(suite):
+            if stop is not None and stop():
+                gd.stack_notes.append(f"stopped before {loaded.scenario.name}")
+                break
+            if prog.on_start:
+                prog.on_start(i, len(suite), loaded.scenario.name)
+            journal = _run_one(loaded, folder=folder, base=base, time_scale=time_scale,
+                               pool=pool, on_status=prog.on_status, on_run=on_run)
+            for err in render_all(journal, Path(journal.run_dir)):
+                log.error("report error: %s", err)
+            journals.append(journal)
+            gd.scenarios.append(summarize(journal, folder))
+            gd.write(folder)
+            if prog.on_done:
+                prog.on_done(i, len(suite), journal)
+    finally:
+        if pool is not None:
+            pool.close()
+        gd.ended = datetime.now(UTC).timestamp()
+        overall(gd)
+        previous = find_previous(report_dir, gd)
+        gd.previous = previous.id if previous else None
+        gd.write(folder)
+        render_gameday(gd, folder, journals=journals, previous=previous, base_dir=base,
+                       runbook_stack=runbook_stack or _suite_stack(suite))
+    return gd, folder
+
+
+def _run_one(loaded: LoadedScenario, *, folder: Path, base: Path, time_scale: float,
+             pool: _StackPool | None, on_status: Callable[[Status], None] | None,
+             on_run: Callable[[object], None] | None) -> Journal:
+    from faultday.engine.runner import Run, RunOptions
+    from faultday.engine.stacks import default_stack_factory
+
+    options = RunOptions(time_scale=time_scale, report_dir=folder, base_dir=base)
+    options.on_status = on_status
+    the_run = Run(loaded, options)
+    if on_run is not None:
+        on_run(the_run)
+    if pool is not None:
+        try:
+            options.shared_stack = pool.get(loaded)
+        except Exception as exc:  # the run records the stack error in its own journal
+            log.error("stack for %s did not come up: %s", loaded.scenario.name, exc)
+            options.shared_stack = None
+    journal: Journal = the_run.execute(default_stack_factory)
+    if pool is not None and options.shared_stack is not None:
+        pool.after(journal)
+    return journal
+
+
+def _suite_stack(suite: Sequence[LoadedScenario]) -> str:
+    from faultday.scenario.loader import stack_ref
+
+    if not suite:
+        return "local"
+    first = suite[0]
+    return stack_ref(first.scenario.spec.stack, first.file)
+
+
+def measured(gd: GameDay) -> list[Measured]:
+    """The game day's checks as runbooks quote them."""
+    from faultday.report.runbooks import Measured
+
+    date = datetime.fromtimestamp(gd.started, UTC).strftime("%Y-%m-%d")
+    return [
+        Measured(scenario=s.name, runbook=s.runbook or "", check=c.check, label=c.label,
+                 window=c.window, expected=c.expected, observed=c.observed, verdict=c.verdict,
+                 date=date)
+        for s in gd.scenarios
+        for c in s.checks
+        if s.runbook
+    ]
+
+
+def render_gameday(gd: GameDay, folder: Path, *, journals: Sequence[Journal],
+                   previous: GameDay | None, base_dir: Path, runbook_stack: str) -> None:
+    """``index.html``, ``junit.xml`` and ``runbooks/`` of a game day."""
+    from faultday.report import runbooks as rb
+    from faultday.report.html import gameday_page
+    from faultday.report.junit import write_junit
+
+    write_junit(journals, folder / "junit.xml", name=f"faultday {gd.id}")
+    runbook_note = ""
+    rdir = rb.find_runbook_dir(base_dir)
+    if rdir is None:
+        runbook_note = "runbook templates not found (runbooks/ next to the scenarios' project)"
+    else:
+        try:
+            facts = rb.facts_from_profile(runbook_stack, base_dir=base_dir)
+            rb.render_runbooks(facts=facts, runbook_dir=rdir, out_dir=folder / "runbooks",
+                               results=measured(gd))
+        except (FaultdayError, ScenarioError) as exc:
+            runbook_note = f"runbooks not rendered: {exc}"
+            log.error("%s", runbook_note)
+    st, ct = trends(previous, gd)
+    (folder / "index.html").write_text(
+        gameday_page(gd=gd, previous=previous, scenario_trends=st, check_trends=ct,
+                     weights=CHECK_WEIGHTS, default_weight=DEFAULT_WEIGHT,
+                     runbooks=(folder / "runbooks" / "index.html").is_file(),
+                     runbook_note=runbook_note),
+        encoding="utf-8",
+    )
+
