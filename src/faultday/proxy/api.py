@@ -205,6 +205,10 @@ class ApiHandler:
     async def _create(self, data: JsonValue) -> Proxy:
         spec = _parse(ProxySpec, data)
         assert isinstance(spec, ProxySpec)
+        return await self.create(spec)
+
+    async def create(self, spec: ProxySpec) -> Proxy:
+        """Create (and start, when enabled) one proxy; ApiError 409 when the name is taken."""
         if spec.name in self.server.proxies:
             raise ApiError(409, "proxy already exists")
         try:

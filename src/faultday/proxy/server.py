@@ -229,9 +229,12 @@ class Proxy:
 class ProxyServer:
     """The Toxiproxy-API server and its proxies, on one event loop."""
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, *, host: str = "127.0.0.1", port: int = 0, proxies: tuple[ProxySpec, ...] = ()
+    ) -> None:
         self.host = host
         self.port = port
+        self._initial = proxies
         self.proxies: dict[str, Proxy] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -262,6 +265,8 @@ class ProxyServer:
         self.port = int(server.sockets[0].getsockname()[1])
         log.info("faultday proxy API listening on %s", self.api_url)
         try:
+            for spec in self._initial:
+                await handler.create(spec)
             if on_ready is not None:
                 on_ready(self)
             await self._stopping.wait()

@@ -1,0 +1,219 @@
+"""Fixtures for the proxy tests: real servers on 127.0.0.1, each stopped by PID."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from faultday.proxy import ProxyServer
+from faultday.proxy.client import ToxiproxyClient
+
+HERE = Path(__file__).resolve().parent
+REAL_SKIP = (
+    "toxiproxy-server not on PATH: the real-Toxiproxy comparison half is skipped "
+    "(faultday's proxy half ran)"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(
+    url: str, *, timeout: float = 20.0, proc: subprocess.Popen[str] | None = None
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
+        try:
+            httpx.get(url, timeout=1.0)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    raise TimeoutError(f"{url} did not answer within {timeout}s")
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+class EchoServer:
+    """A threaded TCP echo server (the upstream of most toxic tests)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.port = int(self.sock.getsockname()[1])
+        self.addr = f"127.0.0.1:{self.port}"
+        self._conns: list[socket.socket] = []
+        self._stop = False
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self._conns.append(conn)
+            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _echo(conn: socket.socket) -> None:
+        try:
+            while data := conn.recv(65536):
+                conn.sendall(data)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self._stop = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        except OSError:
+            pass
+        self.sock.close()
+        for conn in self._conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+        self._thread.join(5)
+
+
+@pytest.fixture
+def echo() -> Iterator[EchoServer]:
+    server = EchoServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def inproc() -> Iterator[ProxyServer]:
+    """faultday's proxy server on a background thread of this process."""
+    server = ProxyServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass(frozen=True)
+class ApiServer:
+    kind: str  # "faultday" or "toxiproxy"
+    api_url: str
+    host: str
+    port: int
+
+
+def _spawn(argv: list[str], api_url: str, ready_line: str | None) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=HERE
+    )
+    try:
+        if ready_line is not None:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert line.startswith(ready_line), f"no readiness line, got {line!r}"
+        wait_http(api_url + "/version", proc=proc)
+    except BaseException:
+        stop(proc)
+        raise
+    return proc
+
+
+@pytest.fixture(scope="module", params=["faultday", "toxiproxy"])
+def api_server(request: pytest.FixtureRequest) -> Iterator[ApiServer]:
+    """A Toxiproxy-API server as a process: ``python -m faultday.proxy`` or the real one."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    if request.param == "toxiproxy":
+        binary = shutil.which("toxiproxy-server")
+        if binary is None:
+            pytest.skip(REAL_SKIP)
+        proc = _spawn([binary, "-host", "127.0.0.1", "-port", str(port)], url, None)
+    else:
+        argv = [
+            sys.executable,
+            "-m",
+            "faultday.proxy",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ]
+        proc = _spawn(argv, url, "faultday-proxy ready")
+    try:
+        yield ApiServer(request.param, url, "127.0.0.1", port)
+    finally:
+        stop(proc)
+
+
+@pytest.fixture
+def client(api_server: ApiServer) -> Iterator[ToxiproxyClient]:
+    with ToxiproxyClient(api_server.api_url) as c:
+        for name in c.proxies():
+            c.delete_proxy(name)
+        yield c
+        for name in c.proxies():
+            c.delete_proxy(name)
+
+
+@pytest.fixture(scope="module")
+def sse_server() -> Iterator[str]:
+    """uvicorn serving proxy_sse_app (keep-alive, chunked streaming responses)."""
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "proxy_sse_app:app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--app-dir",
+        str(HERE),
+    ]
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/hello", proc=proc)
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop(proc)
