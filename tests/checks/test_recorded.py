@@ -52,7 +52,10 @@ def judge(ctx: Recorded, check: str, window: Window = FAULT, **params: object) -
 
 def reqs(start: float, end: float, n: int, **kw: object) -> list[RequestRecord]:
     step = (end - start) / n
-    return [RequestRecord(**{"t": start + i * step, "duration": 0.1, "ok": True, **kw}) for i in range(n)]  # type: ignore[arg-type]
+    return [
+        RequestRecord(**{"t": start + i * step, "duration": 0.1, "ok": True, **kw})
+        for i in range(n)
+    ]  # type: ignore[arg-type]
 
 
 def ctx_with(*groups: list[RequestRecord], samples: list[Sample] = ()) -> Recorded:  # type: ignore[assignment]
@@ -70,7 +73,10 @@ def test_error_rate_pass_fail_and_too_few() -> None:
     bad = ctx_with(reqs(10, 20, 90), reqs(10.01, 20, 10, ok=False, status=503, error="HTTP 503"))
     r = judge(bad, "error_rate", max=0.02)
     assert r.verdict == Verdict.FAILED
-    assert r.describe() == "during xid79: error_rate expected ≤ 2%, observed 10% (n=100) — most: HTTP 503 ×10"
+    assert (
+        r.describe()
+        == "during xid79: error_rate expected ≤ 2%, observed 10% (n=100) — most: HTTP 503 x10"
+    )
     few = judge(ctx_with(reqs(10, 20, 3)), "error_rate", max=0.02)
     assert few.verdict == Verdict.INSUFFICIENT
     assert "too few requests" in few.message and "3" in few.message
@@ -86,8 +92,15 @@ def _ttft(n: int, slow: int) -> list[RequestRecord]:
     rs = []
     for i in range(n):
         ttft = 4.2 if i < slow else 0.2
-        rs.append(RequestRecord(t=10 + i * 9.9 / n, duration=ttft + 1, ok=True, ttft=ttft,
-                                itl=(0.02, 0.03, 0.5 if i == 0 else 0.02)))
+        rs.append(
+            RequestRecord(
+                t=10 + i * 9.9 / n,
+                duration=ttft + 1,
+                ok=True,
+                ttft=ttft,
+                itl=(0.02, 0.03, 0.5 if i == 0 else 0.02),
+            )
+        )
     return rs
 
 
@@ -111,7 +124,9 @@ def test_latency_percentile_is_exact_not_bucketed() -> None:
 def test_latency_itl_and_too_few_streams() -> None:
     ctx = ctx_with(_ttft(50, 0))
     assert judge(ctx, "latency", metric="itl", percentile=50, max="25ms").verdict == Verdict.PASSED
-    assert judge(ctx, "latency", metric="itl", percentile=100, max="100ms").verdict == Verdict.FAILED
+    assert (
+        judge(ctx, "latency", metric="itl", percentile=100, max="100ms").verdict == Verdict.FAILED
+    )
     plain = ctx_with(reqs(10, 20, 50))  # no streams: no TTFT at all
     r = judge(plain, "latency", metric="ttft", max="1s")
     assert r.verdict == Verdict.INSUFFICIENT and "streamed requests" in r.message
@@ -128,9 +143,14 @@ def test_queue_latency_from_scraped_histogram() -> None:
     name = "vllm:request_queue_time_seconds_bucket"
 
     def snap(t: float, counts: dict[str, float]) -> list[Sample]:
-        return [Sample(t, name, v, (("component", "llm-primary"), ("le", le))) for le, v in counts.items()]
+        return [
+            Sample(t, name, v, (("component", "llm-primary"), ("le", le)))
+            for le, v in counts.items()
+        ]
 
-    samples = snap(9.5, {"0.1": 0, "1.0": 0, "+Inf": 0}) + snap(19.5, {"0.1": 10, "1.0": 95, "+Inf": 100})
+    samples = snap(9.5, {"0.1": 0, "1.0": 0, "+Inf": 0}) + snap(
+        19.5, {"0.1": 10, "1.0": 95, "+Inf": 100}
+    )
     ctx = ctx_with(samples=samples)
     r = judge(ctx, "latency", metric="queue", percentile=90, max="1s", target="llm-primary")
     assert r.verdict == Verdict.PASSED and r.n == 100
@@ -141,8 +161,16 @@ def test_queue_latency_from_scraped_histogram() -> None:
 
 # ---- throughput, goodput ----------------------------------------------------------------
 def test_throughput_and_goodput() -> None:
-    rs = [RequestRecord(t=10 + i * 0.01, duration=0.5 if i % 2 else 3.0, ok=True, tokens=10,
-                        ttft=0.1 if i % 2 else 2.0) for i in range(1000)]
+    rs = [
+        RequestRecord(
+            t=10 + i * 0.01,
+            duration=0.5 if i % 2 else 3.0,
+            ok=True,
+            tokens=10,
+            ttft=0.1 if i % 2 else 2.0,
+        )
+        for i in range(1000)
+    ]
     ctx = ctx_with(rs)
     assert judge(ctx, "throughput", min=90).verdict == Verdict.PASSED  # 100 req/s
     r = judge(ctx, "throughput", min=150)
@@ -163,11 +191,18 @@ def test_fallback_rate_and_degraded_reason() -> None:
     ctx = ctx_with(served, canned)
     assert judge(ctx, "fallback_rate", min=0.95).verdict == Verdict.PASSED
     assert judge(ctx, "fallback_rate", min=0.97, reasons=["llm_backup"]).verdict == Verdict.FAILED
-    assert judge(ctx, "fallback_rate", min=0.95, models=["sim-backup"], reasons=["none"]).verdict == Verdict.PASSED
-    assert judge(ctx, "degraded_reason", reason="llm_unavailable", max=0.05).verdict == Verdict.PASSED
+    assert (
+        judge(ctx, "fallback_rate", min=0.95, models=["sim-backup"], reasons=["none"]).verdict
+        == Verdict.PASSED
+    )
+    assert (
+        judge(ctx, "degraded_reason", reason="llm_unavailable", max=0.05).verdict == Verdict.PASSED
+    )
     r = judge(ctx, "degraded_reason", reason="llm_*", max=0.5)
     assert r.verdict == Verdict.FAILED and r.observed == "100%"
-    assert judge(ctx_with(reqs(10, 20, 2)), "fallback_rate", min=0.5).verdict == Verdict.INSUFFICIENT
+    assert (
+        judge(ctx_with(reqs(10, 20, 2)), "fallback_rate", min=0.5).verdict == Verdict.INSUFFICIENT
+    )
 
 
 # ---- recovery_time ------------------------------------------------------------------------
@@ -192,7 +227,9 @@ def test_recovery_time_with_a_latency_bound() -> None:
 
 
 # ---- metric, retry_amplification, breaker ---------------------------------------------------
-def _counter(name: str, labels: tuple[tuple[str, str], ...], points: list[tuple[float, float]]) -> list[Sample]:
+def _counter(
+    name: str, labels: tuple[tuple[str, str], ...], points: list[tuple[float, float]]
+) -> list[Sample]:
     return [Sample(t, name, v, labels) for t, v in points]
 
 
@@ -204,7 +241,10 @@ def test_metric_value_rate_and_restart() -> None:
     inc = judge(ctx, "metric", metric="x_total", agg="increase", max=100)
     assert inc.verdict == Verdict.PASSED and inc.observed == "75"
     assert judge(ctx, "metric", metric="x_total", agg="rate", min=10).verdict == Verdict.FAILED
-    assert judge(ctx, "metric", metric="x_total", agg="max", min=130, target="agent").verdict == Verdict.PASSED
+    assert (
+        judge(ctx, "metric", metric="x_total", agg="max", min=130, target="agent").verdict
+        == Verdict.PASSED
+    )
     assert judge(ctx, "metric", metric="nope_total", max=1).verdict == Verdict.INSUFFICIENT
 
 
@@ -215,10 +255,13 @@ def test_retry_amplification_against_baseline() -> None:
     s = _counter(name, lab, [(0, 0), (9.9, 100), (19.9, 500)])
     ctx = ctx_with(reqs(0, 10, 100), reqs(10, 20, 100), samples=s)
     r = judge(ctx, "retry_amplification", target="llm-primary", max=1.5)
-    assert r.verdict == Verdict.FAILED and r.observed == "4×"
+    assert r.verdict == Verdict.FAILED and r.observed == "4x"
     assert judge(ctx, "retry_amplification", target="llm-primary", max=5).verdict == Verdict.PASSED
     few = ctx_with(reqs(0, 10, 100), reqs(10, 20, 3), samples=s)
-    assert judge(few, "retry_amplification", target="llm-primary", max=5).verdict == Verdict.INSUFFICIENT
+    assert (
+        judge(few, "retry_amplification", target="llm-primary", max=5).verdict
+        == Verdict.INSUFFICIENT
+    )
 
 
 def test_breaker_opens_probes_and_closes() -> None:
@@ -237,9 +280,19 @@ def test_breaker_opens_probes_and_closes() -> None:
 # ---- tasks_lost, audit, duplicate_side_effects ------------------------------------------------
 def test_tasks_lost() -> None:
     run = Window(WindowKind.RUN, "whole run", 0.0, 40.0)
-    subs = [RequestRecord(t=1.0 + i, duration=0.05, ok=True, name="task.submit", task_id=f"t{i}") for i in range(5)]
-    done = [RequestRecord(t=1.0 + i, duration=3.0, ok=True, name="task", task_id=f"t{i}", task_state="done") for i in range(4)]
-    lost = [RequestRecord(t=5.0, duration=3.0, ok=False, name="task", task_id="t4", task_state="lost")]
+    subs = [
+        RequestRecord(t=1.0 + i, duration=0.05, ok=True, name="task.submit", task_id=f"t{i}")
+        for i in range(5)
+    ]
+    done = [
+        RequestRecord(
+            t=1.0 + i, duration=3.0, ok=True, name="task", task_id=f"t{i}", task_state="done"
+        )
+        for i in range(4)
+    ]
+    lost = [
+        RequestRecord(t=5.0, duration=3.0, ok=False, name="task", task_id="t4", task_state="lost")
+    ]
     assert judge(ctx_with(subs, done, reqs(0, 40, 10)), "tasks_lost", run).verdict == Verdict.PASSED
     r = judge(ctx_with(subs, done, lost), "tasks_lost", run)
     assert r.verdict == Verdict.FAILED and r.observed == "1" and "t4" in r.message
@@ -257,23 +310,55 @@ def _audit(tmp_path: Path, entries: list[dict[str, object]]) -> Recorded:
 def test_audit_and_duplicates(tmp_path: Path) -> None:
     run = Window(WindowKind.RUN, "whole run", 0.0, 40.0)
     e = [
-        {"ts": 1005.0, "task": "a", "tool": "send_message", "args": {"to": "x", "idempotency_key": "k1"}, "decision": "allowed", "result": "{}"},
-        {"ts": 1006.0, "task": "a", "tool": "send_message", "args": {"to": "x", "idempotency_key": "k1"}, "decision": "allowed", "result": "{}"},
-        {"ts": 1007.0, "task": "b", "tool": "update_record", "args": {"id": "r"}, "decision": "denied", "result": "not allowed"},
+        {
+            "ts": 1005.0,
+            "task": "a",
+            "tool": "send_message",
+            "args": {"to": "x", "idempotency_key": "k1"},
+            "decision": "allowed",
+            "result": "{}",
+        },
+        {
+            "ts": 1006.0,
+            "task": "a",
+            "tool": "send_message",
+            "args": {"to": "x", "idempotency_key": "k1"},
+            "decision": "allowed",
+            "result": "{}",
+        },
+        {
+            "ts": 1007.0,
+            "task": "b",
+            "tool": "update_record",
+            "args": {"id": "r"},
+            "decision": "denied",
+            "result": "not allowed",
+        },
     ]
     ctx = _audit(tmp_path, e)
     assert judge(ctx, "audit", run).verdict == Verdict.PASSED
     # Same key twice: the tool server applied it once. Not a duplicate.
     assert judge(ctx, "duplicate_side_effects", run).verdict == Verdict.PASSED
-    ctx.observations.add_samples(_counter("faultday_agent_tool_calls_total", (("component", "agent"),), [(0, 0), (30, 7)]))
+    ctx.observations.add_samples(
+        _counter("faultday_agent_tool_calls_total", (("component", "agent"),), [(0, 0), (30, 7)])
+    )
     a = judge(ctx, "audit", run)
     assert a.verdict == Verdict.FAILED and "counted 7 tool calls" in a.message
 
 
 def test_duplicates_under_fresh_keys(tmp_path: Path) -> None:
     run = Window(WindowKind.RUN, "whole run", 0.0, 40.0)
-    e = [{"ts": 1005.0 + i, "task": "a", "tool": "send_message", "args": {"to": "x", "idempotency_key": f"k{i}"},
-          "decision": "allowed", "result": "{}"} for i in range(3)]
+    e = [
+        {
+            "ts": 1005.0 + i,
+            "task": "a",
+            "tool": "send_message",
+            "args": {"to": "x", "idempotency_key": f"k{i}"},
+            "decision": "allowed",
+            "result": "{}",
+        }
+        for i in range(3)
+    ]
     r = judge(_audit(tmp_path, e), "duplicate_side_effects", run)
     assert r.verdict == Verdict.FAILED and r.observed == "2"
 

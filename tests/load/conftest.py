@@ -36,7 +36,9 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -
 
 
 def _serve(argv: list[str], health: str, tmp_path: Path) -> Iterator[str]:
-    proc = subprocess.Popen(argv, stdout=(tmp_path / "server.log").open("wb"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        argv, stdout=(tmp_path / "server.log").open("wb"), stderr=subprocess.STDOUT
+    )
     try:
         base = health.rsplit("/", 1)[0] if health.count("/") > 2 else health
         _wait_http(health, proc)
@@ -49,13 +51,27 @@ def _serve(argv: list[str], health: str, tmp_path: Path) -> Iterator[str]:
 @pytest.fixture
 def ok_server(tmp_path: Path) -> Iterator[str]:
     port = free_port()
-    yield from _serve([sys.executable, str(DATA / "okserver.py"), str(port), str(tmp_path)],
-                      f"http://127.0.0.1:{port}/health", tmp_path)
+    yield from _serve(
+        [sys.executable, str(DATA / "okserver.py"), str(port), str(tmp_path)],
+        f"http://127.0.0.1:{port}/health",
+        tmp_path,
+    )
 
 
 @pytest.fixture
 def llmsim(tmp_path: Path) -> Iterator[str]:
     port = free_port()
-    argv = [sys.executable, "-m", "faultday.stack.services.llmsim", "--host", "127.0.0.1",
-            "--port", str(port), "--model", "sim-test", "--log-level", "warning"]
+    argv = [
+        sys.executable,
+        "-m",
+        "faultday.stack.services.llmsim",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model",
+        "sim-test",
+        "--log-level",
+        "warning",
+    ]
     yield from _serve(argv, f"http://127.0.0.1:{port}/health", tmp_path)

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from tests.conftest import faultday
 
 DATA = Path(__file__).parent / "data"

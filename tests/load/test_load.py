@@ -20,10 +20,14 @@ from faultday.scenario.models import Scenario
 
 
 def scenario(duration: str, warmup: str = "1s", **load: object) -> Scenario:
-    return Scenario.model_validate({
-        "apiVersion": "faultday/v1", "kind": "Scenario", "metadata": {"name": "load-test"},
-        "spec": {"duration": duration, "warmup": warmup, "load": load},
-    })
+    return Scenario.model_validate(
+        {
+            "apiVersion": "faultday/v1",
+            "kind": "Scenario",
+            "metadata": {"name": "load-test"},
+            "spec": {"duration": duration, "warmup": warmup, "load": load},
+        }
+    )
 
 
 def drive(run: StandaloneRun, parts: list, *, seconds: float, during=None) -> None:  # type: ignore[no-untyped-def,type-arg]
@@ -55,12 +59,22 @@ def test_http_load_streams_every_request_and_stops_by_pid(tmp_path: Path, ok_ser
     assert max(r.t for r in rs) < 3.0 + 1.0
     assert [r.t for r in rs] == sorted(r.t for r in rs)
     for p in load.procs:
-        assert p.returncode is not None and not psutil.pid_exists(p.pid) or psutil.Process(p.pid).status() == "zombie"
+        assert (
+            (p.returncode is not None
+            and not psutil.pid_exists(p.pid))
+            or psutil.Process(p.pid).status() == "zombie"
+        )
     assert not run.errors
     # Derived series and scraped metrics land in timeseries.csv.
     rows = list(csv.DictReader((tmp_path / "timeseries.csv").open()))
     names = {r["series"] for r in rows}
-    assert {"load_rps", "load_e2e_p99", "load_error_rate", "ok_served_total", "faultday_scrape_up"} <= names
+    assert {
+        "load_rps",
+        "load_e2e_p99",
+        "load_error_rate",
+        "ok_served_total",
+        "faultday_scrape_up",
+    } <= names
     served = [float(r["value"]) for r in rows if r["series"] == "ok_served_total"]
     assert served == sorted(served) and served[-1] > 0
 
@@ -74,10 +88,17 @@ def test_max_requests_bounds_the_load(tmp_path: Path, ok_server: str) -> None:
 
 def test_sse_stream_records_ttft_and_inter_token_latency(tmp_path: Path, llmsim: str) -> None:
     sc = scenario("3s", workload="http", users=2, spawn_rate=10)
-    body = {"model": "sim-test", "stream": True, "max_tokens": 16,
-            "messages": [{"role": "user", "content": "hello there"}]}
-    opts = LoadOptions(http=HttpRequestSpec(target="llm", path="/v1/chat/completions", method="POST",
-                                            body=body, stream=True))
+    body = {
+        "model": "sim-test",
+        "stream": True,
+        "max_tokens": 16,
+        "messages": [{"role": "user", "content": "hello there"}],
+    }
+    opts = LoadOptions(
+        http=HttpRequestSpec(
+            target="llm", path="/v1/chat/completions", method="POST", body=body, stream=True
+        )
+    )
     run = StandaloneRun(sc, tmp_path, {"llm": llmsim})
     drive(run, [LocustLoad(sc.spec.load, opts)], seconds=3.0)
     rs = [r for r in run.observations.requests if r.ok]
@@ -136,7 +157,9 @@ def test_shapes() -> None:
     assert [users_at(ramp, t, duration=10) for t in (0, 5, 10)] == [1, 5, 10]
     step = ShapeSpec(kind=Shape.STEP, users=12, spawn_rate=1, step_users=4, step_every=2)
     assert [users_at(step, t, duration=10) for t in (0, 1.9, 2, 4, 100)] == [4, 4, 8, 12, 12]
-    spike = ShapeSpec(kind=Shape.SPIKE, users=2, spawn_rate=1, spike_users=20, spike_at=3, spike_duration=1)
+    spike = ShapeSpec(
+        kind=Shape.SPIKE, users=2, spawn_rate=1, spike_users=20, spike_at=3, spike_duration=1
+    )
     assert [users_at(spike, t, duration=10) for t in (2.9, 3, 3.9, 4)] == [2, 20, 20, 2]
 
 
@@ -145,6 +168,10 @@ def test_scraper_parses_prometheus_text(tmp_path: Path, ok_server: str) -> None:
     run = StandaloneRun(sc, tmp_path, {"agent": ok_server, "redis": "redis://127.0.0.1:1"})
     httpx.get(f"{ok_server}/x", timeout=2)
     drive(run, [TimeSeriesWriter(interval=0.25), MetricsScraper(interval=0.25)], seconds=1.0)
-    served = run.observations.samples_between("ok_served_total", -10, 10, labels={"component": "agent"})
+    served = run.observations.samples_between(
+        "ok_served_total", -10, 10, labels={"component": "agent"}
+    )
     assert served and served[-1].value >= 1
-    assert not run.observations.samples_between("faultday_scrape_up", -10, 10, labels={"component": "redis"})
+    assert not run.observations.samples_between(
+        "faultday_scrape_up", -10, 10, labels={"component": "redis"}
+    )

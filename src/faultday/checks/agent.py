@@ -63,7 +63,7 @@ class AuditParams(Params):
 
 
 class Audit(Check):
-    """Every tool call is in the audit log (vs the agent's own counter); denied calls are present."""
+    """Every tool call is audited (vs the agent's own counter); denied calls are present."""
 
     name: ClassVar[str] = "audit"
     summary: ClassVar[str] = "every tool call audited; denied calls present"
@@ -73,25 +73,48 @@ class Audit(Check):
         assert isinstance(params, AuditParams)
         entries = read_audit(ctx, params.file, window)
         if entries is None:
-            return CheckResult(self.name, self.name, window.label, Verdict.INSUFFICIENT,
-                               message=f"no audit log at {params.file} in the run folder")
+            return CheckResult(
+                self.name,
+                self.name,
+                window.label,
+                Verdict.INSUFFICIENT,
+                message=f"no audit log at {params.file} in the run folder",
+            )
         if len(entries) < params.min_entries:
-            return insufficient(self.name, self.name, window, n=len(entries),
-                                need=params.min_entries, what="audit entries")
+            return insufficient(
+                self.name,
+                self.name,
+                window,
+                n=len(entries),
+                need=params.min_entries,
+                what="audit entries",
+            )
         denied = sum(1 for e in entries if e.get("decision") == "denied")
         problems = []
         if denied < params.min_denied:
             problems.append(f"{denied} denied calls on record, want ≥ {params.min_denied}")
         counted, scrapes = counter_increase(ctx, TOOL_CALLS, window)
         if params.complete and scrapes and counted > len(entries):
-            problems.append(f"the agent counted {counted:g} tool calls, the audit log has {len(entries)}")
+            problems.append(
+                f"the agent counted {counted:g} tool calls, the audit log has {len(entries)}"
+            )
         observed = f"{len(entries)} entries, {denied} denied"
         if scrapes:
             observed += f", {counted:g} counted by the agent"
-        expected = f"≥ {params.min_denied} denied" + (", all calls audited" if params.complete else "")
+        expected = f"≥ {params.min_denied} denied" + (
+            ", all calls audited" if params.complete else ""
+        )
         verdict = Verdict.FAILED if problems else Verdict.PASSED
-        return CheckResult(self.name, self.name, window.label, verdict, expected, observed,
-                           n=len(entries), message="; ".join(problems))
+        return CheckResult(
+            self.name,
+            self.name,
+            window.label,
+            verdict,
+            expected,
+            observed,
+            n=len(entries),
+            message="; ".join(problems),
+        )
 
 
 # ---------------------------------------------------------------- duplicate_side_effects
@@ -99,8 +122,9 @@ class Audit(Check):
 
 class DuplicateParams(Params):
     max_: int = Field(default=0, alias="max", ge=0)
-    tools: tuple[str, ...] = Field(default=("send_message", "update_record"),
-                                   description="tools with side effects")
+    tools: tuple[str, ...] = Field(
+        default=("send_message", "update_record"), description="tools with side effects"
+    )
     file: str = AUDIT_FILE
 
 
@@ -119,11 +143,18 @@ class DuplicateSideEffects(Check):
         assert isinstance(params, DuplicateParams)
         entries = read_audit(ctx, params.file, window)
         if entries is None:
-            return CheckResult(self.name, self.name, window.label, Verdict.INSUFFICIENT,
-                               message=f"no audit log at {params.file} in the run folder")
+            return CheckResult(
+                self.name,
+                self.name,
+                window.label,
+                Verdict.INSUFFICIENT,
+                message=f"no audit log at {params.file} in the run folder",
+            )
         effects = [
-            e for e in entries
-            if e.get("tool") in params.tools and e.get("decision") == "allowed"
+            e
+            for e in entries
+            if e.get("tool") in params.tools
+            and e.get("decision") == "allowed"
             and not str(e.get("result", "")).startswith("error")
         ]
         groups: dict[str, list[str]] = {}
@@ -136,8 +167,16 @@ class DuplicateSideEffects(Check):
         for keys in groups.values():
             applied = len({k for k in keys if k}) + sum(1 for k in keys if not k)
             dups += max(0, applied - 1)
-        return judged(self.name, self.name, window, float(dups), lo=None, hi=params.max_,
-                      fmt=_Count(), n=len(effects))
+        return judged(
+            self.name,
+            self.name,
+            window,
+            float(dups),
+            lo=None,
+            hi=params.max_,
+            fmt=_Count(),
+            n=len(effects),
+        )
 
 
 # ---------------------------------------------------------------- recall
@@ -145,7 +184,9 @@ class DuplicateSideEffects(Check):
 
 class RecallParams(Bounds):
     k: int = Field(default=3, ge=1, le=100)
-    vector: str = Field(default="qdrant", description="the vector store component (GET /admin/golden)")
+    vector: str = Field(
+        default="qdrant", description="the vector store component (GET /admin/golden)"
+    )
     embedder: str = Field(default="triton", description="KServe v2 embedder component")
     model: str = "embedder"
     input_name: str = "TEXT"
@@ -173,8 +214,14 @@ class Recall(Check):
             queries = golden.get("queries") or []
             collection = params.collection or golden.get("collection") or "docs"
             if len(queries) < params.min_queries:
-                return insufficient(self.name, label, window, n=len(queries),
-                                    need=params.min_queries, what="golden queries")
+                return insufficient(
+                    self.name,
+                    label,
+                    window,
+                    n=len(queries),
+                    need=params.min_queries,
+                    what="golden queries",
+                )
             total = 0.0
             for q in queries:
                 expected = {str(x) for x in q.get("expected") or ()}
@@ -188,8 +235,16 @@ class Recall(Check):
                 got = {str((p.get("payload") or {}).get("doc_id", p.get("id"))) for p in points}
                 total += len(expected & got) / len(expected)
         value = total / len(queries)
-        return judged(self.name, label, window, value, lo=params.min_, hi=params.max_, fmt=Pct(),
-                      n=len(queries))
+        return judged(
+            self.name,
+            label,
+            window,
+            value,
+            lo=params.min_,
+            hi=params.max_,
+            fmt=Pct(),
+            n=len(queries),
+        )
 
 
 def _http(url: str) -> str:
@@ -197,7 +252,9 @@ def _http(url: str) -> str:
 
 
 def _embed(client: httpx.Client, base: str, text: str, p: RecallParams) -> list[float]:
-    body = {"inputs": [{"name": p.input_name, "shape": [1, 1], "datatype": "BYTES", "data": [text]}]}
+    body = {
+        "inputs": [{"name": p.input_name, "shape": [1, 1], "datatype": "BYTES", "data": [text]}]
+    }
     r = client.post(f"{base}/v2/models/{p.model}/infer", json=body)
     r.raise_for_status()
     outputs = {o["name"]: o for o in r.json()["outputs"]}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import itertools
 from collections.abc import Sequence
 
 from pydantic import ConfigDict, Field, model_validator
@@ -82,18 +83,34 @@ def judged(
     message: str = "",
 ) -> CheckResult:
     verdict = Verdict.PASSED if within(value, lo, hi) else Verdict.FAILED
-    return CheckResult(check, label, window.label, verdict, expected_text(lo, hi, fmt), fmt(value),
-                       n=n, message=message)
-
-
-def insufficient(check: str, label: str, window: Window, *, n: int, need: int, what: str) -> CheckResult:
     return CheckResult(
-        check, label, window.label, Verdict.INSUFFICIENT, n=n,
+        check,
+        label,
+        window.label,
+        verdict,
+        expected_text(lo, hi, fmt),
+        fmt(value),
+        n=n,
+        message=message,
+    )
+
+
+def insufficient(
+    check: str, label: str, window: Window, *, n: int, need: int, what: str
+) -> CheckResult:
+    return CheckResult(
+        check,
+        label,
+        window.label,
+        Verdict.INSUFFICIENT,
+        n=n,
         message=f"too few {what} to judge: {n} in the window, need at least {need}",
     )
 
 
-def requests_in(ctx: CheckContext, window: Window, pattern: str | None = None) -> list[RequestRecord]:
+def requests_in(
+    ctx: CheckContext, window: Window, pattern: str | None = None
+) -> list[RequestRecord]:
     """Client requests sent inside the window, optionally only those whose name matches a glob.
 
     Agent-task outcomes (name ``task``) are not requests; only the tasks checks read them.
@@ -123,7 +140,7 @@ def series(
 def increase(samples: Sequence[Sample]) -> float:
     """How much a counter grew over the samples; a drop means the process restarted."""
     total = 0.0
-    for a, b in zip(samples, samples[1:], strict=False):
+    for a, b in itertools.pairwise(samples):
         total += b.value - a.value if b.value >= a.value else b.value
     return total
 

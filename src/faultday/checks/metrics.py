@@ -1,4 +1,4 @@
-"""Checks over scraped metrics and task outcomes: metric, retry_amplification, breaker, tasks_lost."""
+"""Checks over scraped metrics and task outcomes (metric, retry amplification, breaker, tasks)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from faultday.checks.common import (
     requests_in,
     series,
 )
+from faultday.observe.records import RequestRecord
 from faultday.scenario.types import Duration
 
 # ---------------------------------------------------------------- metric
@@ -49,15 +50,26 @@ class Metric(Check):
         if params.agg in ("increase", "rate"):
             inc, n = counter_increase(ctx, params.metric, window, labels)
             if n < params.min_samples:
-                return insufficient(self.name, label, window, n=n, need=params.min_samples,
-                                    what="scrapes")
+                return insufficient(
+                    self.name, label, window, n=n, need=params.min_samples, what="scrapes"
+                )
             value = inc / window.length if params.agg == "rate" and window.length else inc
-            return judged(self.name, label, window, value, lo=params.min_, hi=params.max_,
-                          fmt=Rate() if params.agg == "rate" else Fmt(), n=n)
+            return judged(
+                self.name,
+                label,
+                window,
+                value,
+                lo=params.min_,
+                hi=params.max_,
+                fmt=Rate() if params.agg == "rate" else Fmt(),
+                n=n,
+            )
         groups = series(ctx, params.metric, window, labels)
         n = sum(len(v) for v in groups.values())
         if n < params.min_samples:
-            return insufficient(self.name, label, window, n=n, need=params.min_samples, what="scrapes")
+            return insufficient(
+                self.name, label, window, n=n, need=params.min_samples, what="scrapes"
+            )
         # Several label sets (e.g. one per component) are summed at each scrape.
         per_t: dict[float, float] = {}
         for samples in groups.values():
@@ -70,7 +82,9 @@ class Metric(Check):
             "min": min(values),
             "mean": sum(values) / len(values),
         }[params.agg]
-        return judged(self.name, label, window, value, lo=params.min_, hi=params.max_, fmt=Fmt(), n=n)
+        return judged(
+            self.name, label, window, value, lo=params.min_, hi=params.max_, fmt=Fmt(), n=n
+        )
 
 
 def _labels_text(labels: dict[str, str]) -> str:
@@ -102,44 +116,78 @@ class RetryAmplification(Check):
         label = f"retry_amplification {params.target}"
         baseline = baseline_window(ctx)
         if baseline is None:
-            return CheckResult(self.name, label, window.label, Verdict.ERROR,
-                               message="the run has no baseline window (no faults?)")
+            return CheckResult(
+                self.name,
+                label,
+                window.label,
+                Verdict.ERROR,
+                message="the run has no baseline window (no faults?)",
+            )
         edges = _edges_for(ctx, params)
         if not edges:
-            return CheckResult(self.name, label, window.label, Verdict.INSUFFICIENT,
-                               message=f"no scraped {params.metric} for {params.target!r}")
+            return CheckResult(
+                self.name,
+                label,
+                window.label,
+                Verdict.INSUFFICIENT,
+                message=f"no scraped {params.metric} for {params.target!r}",
+            )
         ratios = []
         for w in (baseline, window):
             clients = len(requests_in(ctx, w))
             down = sum(counter_increase(ctx, params.metric, w, {params.label: e})[0] for e in edges)
             if clients < params.min_requests:
-                return insufficient(self.name, label, window, n=clients, need=params.min_requests,
-                                    what=f"client requests in {w.label}")
+                return insufficient(
+                    self.name,
+                    label,
+                    window,
+                    n=clients,
+                    need=params.min_requests,
+                    what=f"client requests in {w.label}",
+                )
             ratios.append(down / clients)
         base, now = ratios
         if base <= 0:
-            return CheckResult(self.name, label, window.label, Verdict.INSUFFICIENT,
-                               message=f"no downstream requests to {params.target} in baseline")
+            return CheckResult(
+                self.name,
+                label,
+                window.label,
+                Verdict.INSUFFICIENT,
+                message=f"no downstream requests to {params.target} in baseline",
+            )
         value = now / base
-        return judged(self.name, label, window, value, lo=None, hi=params.max_, fmt=_Times(),
-                      n=len(requests_in(ctx, window)),
-                      message=f"{now:.3g} per request vs {base:.3g} in baseline")
+        return judged(
+            self.name,
+            label,
+            window,
+            value,
+            lo=None,
+            hi=params.max_,
+            fmt=_Times(),
+            n=len(requests_in(ctx, window)),
+            message=f"{now:.3g} per request vs {base:.3g} in baseline",
+        )
 
 
 class _Times(Fmt):
     def __call__(self, v: float) -> str:
-        return f"{v:.3g}×"
+        return f"{v:.3g}x"
 
 
 def _edges_for(ctx: CheckContext, p: RetryAmplificationParams) -> list[str]:
-    names = {dict(s.labels).get(p.label, "")
-             for s in ctx.observations.samples_between(p.metric, float("-inf"), float("inf"))}
+    names = {
+        dict(s.labels).get(p.label, "")
+        for s in ctx.observations.samples_between(p.metric, float("-inf"), float("inf"))
+    }
     names.discard("")
     if p.target in names:
         return [p.target]
     # A component: every edge into it, whatever separator its proxy name uses.
-    return sorted(n for n in names if n.replace("_to_", "->").split("->")[-1] == p.target
-                  or n.endswith(p.target))
+    return sorted(
+        n
+        for n in names
+        if n.replace("_to_", "->").split("->")[-1] == p.target or n.endswith(p.target)
+    )
 
 
 def baseline_window(ctx: CheckContext) -> Window | None:
@@ -169,7 +217,7 @@ class BreakerParams(Params):
 
 
 class Breaker(Check):
-    """A dependency's breaker opened within T of the fault, probed half-open, closed after revert."""
+    """A breaker opened within T of the fault, probed half-open, closed after the revert."""
 
     name: ClassVar[str] = "breaker"
     summary: ClassVar[str] = "breaker opened within T, half-open probe, closed after recovery"
@@ -180,38 +228,63 @@ class Breaker(Check):
         fault = params.fault or window.fault
         label = f"breaker {params.dependency}"
         if not fault:
-            return CheckResult(self.name, label, window.label, Verdict.ERROR,
-                               message="name the fault: `during:`/`after:` a fault, or `fault:`")
+            return CheckResult(
+                self.name,
+                label,
+                window.label,
+                Verdict.ERROR,
+                message="name the fault: `during:`/`after:` a fault, or `fault:`",
+            )
         start, reverted = ctx.fault_times(fault)
         states = ctx.observations.samples_between(
-            params.metric, start, math.inf,
+            params.metric,
+            start,
+            math.inf,
             labels={"dependency": params.dependency, "component": params.target},
         )
         states.sort(key=lambda s: s.t)
         if len(states) < 2:
-            return insufficient(self.name, label, window, n=len(states), need=2,
-                                what="scrapes of the breaker state")
+            return insufficient(
+                self.name, label, window, n=len(states), need=2, what="scrapes of the breaker state"
+            )
         opened = next((s.t for s in states if s.value >= 2), math.inf)
         half = next((s.t for s in states if s.t > opened and s.value == 1), math.inf)
-        closed = next((s.t for s in states if s.t >= reverted and s.t > opened and s.value == 0),
-                      math.inf)
+        closed = next(
+            (s.t for s in states if s.t >= reverted and s.t > opened and s.value == 0), math.inf
+        )
         problems = []
         if opened - start > params.opened_within:
-            problems.append(f"opened after {Secs()(opened - start)} (want ≤ {Secs()(params.opened_within)})")
+            problems.append(
+                f"opened after {Secs()(opened - start)} (want ≤ {Secs()(params.opened_within)})"
+            )
         if params.half_open and math.isinf(half):
             problems.append("no half-open probe seen")
         if params.closed_within is not None and closed - reverted > params.closed_within:
-            problems.append(f"closed {Secs()(closed - reverted)} after the revert "
-                            f"(want ≤ {Secs()(params.closed_within)})")
-        observed = (f"open at +{Secs()(opened - start)}" if not math.isinf(opened) else "never opened")
+            problems.append(
+                f"closed {Secs()(closed - reverted)} after the revert "
+                f"(want ≤ {Secs()(params.closed_within)})"
+            )
+        observed = (
+            f"open at +{Secs()(opened - start)}" if not math.isinf(opened) else "never opened"
+        )
         if not math.isinf(closed):
             observed += f", closed {Secs()(closed - reverted)} after revert"
-        expected = f"open ≤ {Secs()(params.opened_within)}" + (", half-open" if params.half_open else "")
+        expected = f"open ≤ {Secs()(params.opened_within)}" + (
+            ", half-open" if params.half_open else ""
+        )
         if params.closed_within is not None:
             expected += f", closed ≤ {Secs()(params.closed_within)} after revert"
         verdict = Verdict.FAILED if problems else Verdict.PASSED
-        return CheckResult(self.name, label, window.label, verdict, expected, observed,
-                           n=len(states), message="; ".join(problems))
+        return CheckResult(
+            self.name,
+            label,
+            window.label,
+            verdict,
+            expected,
+            observed,
+            n=len(states),
+            message="; ".join(problems),
+        )
 
 
 # ---------------------------------------------------------------- tasks_lost
@@ -243,21 +316,41 @@ class TasksLost(Check):
         everything = ctx.observations.requests_between(window.start, math.inf)
         outcome = {r.task_id: r for r in everything if r.name == "task" and r.task_id}
         if len(accepted) < params.min_tasks:
-            return insufficient(self.name, self.name, window, n=len(accepted), need=params.min_tasks,
-                                what="accepted tasks")
+            return insufficient(
+                self.name,
+                self.name,
+                window,
+                n=len(accepted),
+                need=params.min_tasks,
+                what="accepted tasks",
+            )
         last_seen = max((r.t + r.duration for r in everything), default=window.end)
         lost = []
         for tid, sub in accepted.items():
             out = outcome.get(tid)
-            if out is not None and out.task_state == "lost":
-                lost.append(tid)
-            elif out is None and last_seen - sub.t > params.stuck_after:
-                lost.append(tid)
-            elif out is not None and out.task_state == "unfinished" and out.duration > params.stuck_after:
+            if _lost(out, waited=last_seen - sub.t, stuck_after=params.stuck_after):
                 lost.append(tid)
         msg = f"lost: {', '.join(lost[:3])}" + (" …" if len(lost) > 3 else "") if lost else ""
-        return judged(self.name, self.name, window, float(len(lost)), lo=None, hi=params.max_,
-                      fmt=_Count(), n=len(accepted), message=msg)
+        return judged(
+            self.name,
+            self.name,
+            window,
+            float(len(lost)),
+            lo=None,
+            hi=params.max_,
+            fmt=_Count(),
+            n=len(accepted),
+            message=msg,
+        )
+
+
+def _lost(out: RequestRecord | None, *, waited: float, stuck_after: float) -> bool:
+    """Forgotten by the runtime (404), or never finished within ``stuck_after``."""
+    if out is None:
+        return waited > stuck_after
+    return out.task_state == "lost" or (
+        out.task_state == "unfinished" and out.duration > stuck_after
+    )
 
 
 class _Count(Fmt):

@@ -11,10 +11,10 @@ from faultday.checks.base import Check, CheckContext, CheckResult, Verdict, Wind
 from faultday.checks.common import (
     Bounds,
     Params,
-    counter_increase,
     Pct,
     Rate,
     Secs,
+    counter_increase,
     insufficient,
     judged,
     matches,
@@ -44,12 +44,22 @@ class ErrorRate(Check):
         assert isinstance(params, ErrorRateParams)
         rs = requests_in(ctx, window, params.request)
         if len(rs) < params.min_samples:
-            return insufficient(self.name, self.name, window, n=len(rs), need=params.min_samples,
-                                what="requests")
+            return insufficient(
+                self.name, self.name, window, n=len(rs), need=params.min_samples, what="requests"
+            )
         failed = [r for r in rs if not r.ok]
         top = _top_errors(failed)
-        return judged(self.name, self.name, window, len(failed) / len(rs), lo=params.min_,
-                      hi=params.max_, fmt=Pct(), n=len(rs), message=top)
+        return judged(
+            self.name,
+            self.name,
+            window,
+            len(failed) / len(rs),
+            lo=params.min_,
+            hi=params.max_,
+            fmt=Pct(),
+            n=len(rs),
+            message=top,
+        )
 
 
 def _top_errors(failed: list[RequestRecord]) -> str:
@@ -60,7 +70,7 @@ def _top_errors(failed: list[RequestRecord]) -> str:
         key = r.error or f"HTTP {r.status}"
         counts[key] = counts.get(key, 0) + 1
     best = sorted(counts.items(), key=lambda kv: -kv[1])[:2]
-    return "most: " + "; ".join(f"{k} ×{v}" for k, v in best)
+    return "most: " + "; ".join(f"{k} x{v}" for k, v in best)
 
 
 # ---------------------------------------------------------------- latency
@@ -104,28 +114,58 @@ class Latency(Check):
             rs = [r for r in rs if r.ok]
         values = metric_values(rs, params.metric)
         if len(values) < params.min_samples:
-            what = {"e2e": "requests", "ttft": "streamed requests", "itl": "token gaps"}[params.metric]
-            return insufficient(self.name, label, window, n=len(values), need=params.min_samples,
-                                what=what)
-        return judged(self.name, label, window, percentile(values, p), lo=params.min_,
-                      hi=params.max_, fmt=Secs(), n=len(values))
+            what = {"e2e": "requests", "ttft": "streamed requests", "itl": "token gaps"}[
+                params.metric
+            ]
+            return insufficient(
+                self.name, label, window, n=len(values), need=params.min_samples, what=what
+            )
+        return judged(
+            self.name,
+            label,
+            window,
+            percentile(values, p),
+            lo=params.min_,
+            hi=params.max_,
+            fmt=Secs(),
+            n=len(values),
+        )
 
-    def _queue(self, ctx: CheckContext, params: LatencyParams, window: Window, label: str) -> CheckResult:
+    def _queue(
+        self, ctx: CheckContext, params: LatencyParams, window: Window, label: str
+    ) -> CheckResult:
         labels = {"component": params.target} if params.target else {}
         name = f"{QUEUE_METRIC}_bucket"
-        les = {dict(s.labels).get("le", "+Inf")
-               for s in ctx.observations.samples_between(name, window.start, window.end, labels=labels)}
+        les = {
+            dict(s.labels).get("le", "+Inf")
+            for s in ctx.observations.samples_between(name, window.start, window.end, labels=labels)
+        }
         buckets = sorted(
             (float(le), counter_increase(ctx, name, window, {**labels, "le": le})[0]) for le in les
         )
         total = buckets[-1][1] if buckets else 0.0
         if total < params.min_samples:
-            return insufficient(self.name, label, window, n=int(total), need=params.min_samples,
-                                what="queued requests (scraped)")
+            return insufficient(
+                self.name,
+                label,
+                window,
+                n=int(total),
+                need=params.min_samples,
+                what="queued requests (scraped)",
+            )
         want = params.percentile / 100 * total
         value = next((le for le, c in buckets if c >= want), math.inf)
-        return judged(self.name, label, window, value, lo=params.min_, hi=params.max_, fmt=Secs(),
-                      n=int(total), message="from scraped histogram buckets (an upper bound)")
+        return judged(
+            self.name,
+            label,
+            window,
+            value,
+            lo=params.min_,
+            hi=params.max_,
+            fmt=Secs(),
+            n=int(total),
+            message="from scraped histogram buckets (an upper bound)",
+        )
 
 
 # ---------------------------------------------------------------- throughput, goodput
@@ -151,14 +191,27 @@ class Throughput(Check):
         if window.length < params.min_window:
             return insufficient(self.name, label, window, n=0, need=1, what="seconds of window")
         if not ctx.observations.requests:
-            return CheckResult(self.name, label, window.label, Verdict.INSUFFICIENT,
-                               message="no load ran in this run: nothing to measure")
+            return CheckResult(
+                self.name,
+                label,
+                window.label,
+                Verdict.INSUFFICIENT,
+                message="no load ran in this run: nothing to measure",
+            )
         rs = requests_in(ctx, window, params.request)
         counted = [r for r in rs if r.ok] if params.ok_only else rs
         amount = sum(r.tokens for r in counted) if params.unit == "tokens" else len(counted)
         unit = " tok/s" if params.unit == "tokens" else " req/s"
-        return judged(self.name, label, window, amount / window.length, lo=params.min_,
-                      hi=params.max_, fmt=Rate(unit), n=len(rs))
+        return judged(
+            self.name,
+            label,
+            window,
+            amount / window.length,
+            lo=params.min_,
+            hi=params.max_,
+            fmt=Rate(unit),
+            n=len(rs),
+        )
 
 
 class GoodputParams(Bounds):
@@ -189,15 +242,28 @@ class Goodput(Check):
         if window.length < params.min_window:
             return insufficient(self.name, label, window, n=0, need=1, what="seconds of window")
         if not ctx.observations.requests:
-            return CheckResult(self.name, label, window.label, Verdict.INSUFFICIENT,
-                               message="no load ran in this run: nothing to measure")
+            return CheckResult(
+                self.name,
+                label,
+                window.label,
+                Verdict.INSUFFICIENT,
+                message="no load ran in this run: nothing to measure",
+            )
         rs = requests_in(ctx, window, params.request)
         good = [r for r in rs if r.ok and _meets(r, params)]
         amount = sum(r.tokens for r in good) if params.unit == "tokens" else len(good)
         unit = " tok/s" if params.unit == "tokens" else " req/s"
-        return judged(self.name, label, window, amount / window.length, lo=params.min_,
-                      hi=params.max_, fmt=Rate(unit), n=len(rs),
-                      message=f"{len(good)} of {len(rs)} requests met the SLO")
+        return judged(
+            self.name,
+            label,
+            window,
+            amount / window.length,
+            lo=params.min_,
+            hi=params.max_,
+            fmt=Rate(unit),
+            n=len(rs),
+            message=f"{len(good)} of {len(rs)} requests met the SLO",
+        )
 
 
 def _meets(r: RequestRecord, p: GoodputParams) -> bool:
@@ -212,14 +278,16 @@ def _meets(r: RequestRecord, p: GoodputParams) -> bool:
 
 
 class FallbackRateParams(Bounds):
-    reasons: tuple[str, ...] = Field(default=("*",), description="degraded reasons that are fallbacks (globs)")
+    reasons: tuple[str, ...] = Field(
+        default=("*",), description="degraded reasons that are fallbacks (globs)"
+    )
     models: tuple[str, ...] = Field(default=(), description="models that answer only as a fallback")
     request: str | None = None
     min_samples: int = Field(default=10, ge=1)
 
 
 class FallbackRate(Check):
-    """Share of requests answered successfully by a fallback (a degraded reason or a fallback model)."""
+    """Share of requests answered (ok) by a fallback: a degraded reason or a fallback model."""
 
     name: ClassVar[str] = "fallback_rate"
     summary: ClassVar[str] = "share of requests served (ok) by a fallback path"
@@ -229,17 +297,28 @@ class FallbackRate(Check):
         assert isinstance(params, FallbackRateParams)
         rs = requests_in(ctx, window, params.request)
         if len(rs) < params.min_samples:
-            return insufficient(self.name, self.name, window, n=len(rs), need=params.min_samples,
-                                what="requests")
+            return insufficient(
+                self.name, self.name, window, n=len(rs), need=params.min_samples, what="requests"
+            )
         served = [
-            r for r in rs
-            if r.ok and (
+            r
+            for r in rs
+            if r.ok
+            and (
                 (r.degraded and any(matches(x, params.reasons) for x in r.reasons or ("",)))
                 or (params.models and matches(r.model, params.models))
             )
         ]
-        return judged(self.name, self.name, window, len(served) / len(rs), lo=params.min_,
-                      hi=params.max_, fmt=Pct(), n=len(rs))
+        return judged(
+            self.name,
+            self.name,
+            window,
+            len(served) / len(rs),
+            lo=params.min_,
+            hi=params.max_,
+            fmt=Pct(),
+            n=len(rs),
+        )
 
 
 class DegradedReasonParams(Bounds):
@@ -260,11 +339,20 @@ class DegradedReason(Check):
         label = f"degraded_reason {params.reason}"
         rs = requests_in(ctx, window, params.request)
         if len(rs) < params.min_samples:
-            return insufficient(self.name, label, window, n=len(rs), need=params.min_samples,
-                                what="requests")
+            return insufficient(
+                self.name, label, window, n=len(rs), need=params.min_samples, what="requests"
+            )
         hit = sum(1 for r in rs if any(matches(x, (params.reason,)) for x in r.reasons))
-        return judged(self.name, label, window, hit / len(rs), lo=params.min_, hi=params.max_,
-                      fmt=Pct(), n=len(rs))
+        return judged(
+            self.name,
+            label,
+            window,
+            hit / len(rs),
+            lo=params.min_,
+            hi=params.max_,
+            fmt=Pct(),
+            n=len(rs),
+        )
 
 
 # ---------------------------------------------------------------- recovery_time
@@ -294,30 +382,56 @@ class RecoveryTime(Check):
         fault = params.fault or window.fault
         label = f"recovery_time {fault}" if fault else "recovery_time"
         if not fault:
-            return CheckResult(self.name, label, window.label, Verdict.ERROR,
-                               message="name the fault: use `after: <fault>` or `fault: <name>`")
+            return CheckResult(
+                self.name,
+                label,
+                window.label,
+                Verdict.ERROR,
+                message="name the fault: use `after: <fault>` or `fault: <name>`",
+            )
         _, reverted = ctx.fault_times(fault)
         if math.isinf(reverted):
-            return CheckResult(self.name, label, window.label, Verdict.INSUFFICIENT,
-                               message=f"fault {fault!r} was never reverted")
+            return CheckResult(
+                self.name,
+                label,
+                window.label,
+                Verdict.INSUFFICIENT,
+                message=f"fault {fault!r} was never reverted",
+            )
         end = window.end
         if end - reverted < params.hold:
-            return insufficient(self.name, label, window, n=0, need=1,
-                                what=f"seconds after the revert (need {params.hold:g}s to see it hold)")
+            return insufficient(
+                self.name,
+                label,
+                window,
+                n=0,
+                need=1,
+                what=f"seconds after the revert (need {params.hold:g}s to see it hold)",
+            )
         rs = [r for r in ctx.observations.requests_between(reverted, end) if r.name != "task"]
-        steady = [self._steady(b.records, params)
-                  for b in bins(rs, interval=params.interval, start=reverted, end=end)]
+        steady = [
+            self._steady(b.records, params)
+            for b in bins(rs, interval=params.interval, start=reverted, end=end)
+        ]
         need = max(1, math.ceil(params.hold / params.interval - 1e-9))
         run = 0
         for k, ok in enumerate(steady):
             run = run + 1 if ok else 0
             if run >= need:
                 took = (k + 1 - need) * params.interval
-                return judged(self.name, label, window, took, lo=None, hi=params.max_, fmt=Secs(),
-                              n=len(rs))
-        return CheckResult(self.name, label, window.label, Verdict.FAILED,
-                           expected=f"≤ {Secs()(params.max_)}", observed="not recovered",
-                           n=len(rs), message=f"steady state never held {params.hold:g}s after the revert")
+                return judged(
+                    self.name, label, window, took, lo=None, hi=params.max_, fmt=Secs(), n=len(rs)
+                )
+        return CheckResult(
+            self.name,
+            label,
+            window.label,
+            Verdict.FAILED,
+            expected=f"≤ {Secs()(params.max_)}",
+            observed="not recovered",
+            n=len(rs),
+            message=f"steady state never held {params.hold:g}s after the revert",
+        )
 
     @staticmethod
     def _steady(rs: tuple[RequestRecord, ...], p: RecoveryTimeParams) -> bool:
@@ -328,4 +442,6 @@ class RecoveryTime(Check):
         if p.max_latency is None:
             return True
         values = metric_values(rs, p.latency_metric)
-        return bool(values) and within(percentile(values, p.latency_percentile), None, p.max_latency)
+        return bool(values) and within(
+            percentile(values, p.latency_percentile), None, p.max_latency
+        )

@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import Any
 
-from gevent.lock import Semaphore
+from gevent.lock import Semaphore  # type: ignore[import-untyped]
 from locust import FastHttpUser, LoadTestShape, constant, events, task
 from locust.exception import StopUser
 
@@ -49,6 +49,7 @@ class Sink:
         self._sock = socket.create_connection((host, int(port)), timeout=10)
         self._lock = Semaphore()
         self.sent = 0
+        self.issued = 0
         self.capped = False
 
     def send(self, event: dict[str, Any]) -> None:
@@ -61,8 +62,13 @@ class Sink:
                 self.capped = True
                 return
         self.sent += 1
-        if CONFIG.max_requests is not None and self.sent >= CONFIG.max_requests:
-            self.capped = True
+
+    def reserve(self) -> bool:
+        """Claim one request of this process' cap before sending it (greenlets run one at a time)."""
+        if self.capped or (CONFIG.max_requests is not None and self.issued >= CONFIG.max_requests):
+            return False
+        self.issued += 1
+        return True
 
     def close(self) -> None:
         with self._lock, contextlib.suppress(OSError):
@@ -81,7 +87,7 @@ def _sink() -> Sink:
     return _SINK[0]
 
 
-@events.test_stop.add_listener
+@events.test_stop.add_listener  # type: ignore[untyped-decorator]
 def _close_sink(**_: Any) -> None:
     for s in _SINK:
         s.close()
@@ -155,7 +161,7 @@ class FaultdayUser(FastHttpUser):
 
     @task
     def one(self) -> None:
-        if self.sink.capped or time.time() >= CONFIG.end_wall:
+        if time.time() >= CONFIG.end_wall or not self.sink.reserve():
             raise StopUser
         workload = CONFIG.workload
         if workload == Workload.MIXED:
@@ -185,7 +191,8 @@ class FaultdayUser(FastHttpUser):
         task_id = str(ev.get("tid") or "")
         if not ev["ok"] or not task_id:
             return
-        state, info, last_status = "unknown", {}, 0
+        state, last_status = "unknown", 0
+        info: dict[str, Any] = {}
         deadline = min(time.time() + CONFIG.task_timeout, CONFIG.end_wall)
         while time.time() < deadline:
             self._sleep(CONFIG.poll_interval)
@@ -228,7 +235,7 @@ class FaultdayUser(FastHttpUser):
         return status, data if isinstance(data, dict) else {}
 
     def _sleep(self, seconds: float) -> None:
-        import gevent  # noqa: PLC0415 - the child is gevent-patched; sleep cooperatively
+        import gevent  # type: ignore[import-untyped]  # noqa: PLC0415 - the child is gevent-patched; sleep cooperatively
 
         gevent.sleep(seconds)
 
@@ -247,7 +254,8 @@ class FaultdayUser(FastHttpUser):
         error = ""
         payload: Any = None
         try:
-            ctype = (resp.headers or {}).get("content-type", "") if status else ""
+            headers: Any = resp.headers or {}
+            ctype = str(headers.get("content-type", "")) if status else ""
             if status and "text/event-stream" in ctype:
                 error = _parse_sse(resp, start, ev)
             elif status:

@@ -177,10 +177,10 @@ def to_record(ev: dict[str, object], t: float) -> RequestRecord:
         status=int(ev.get("s") or 0),  # type: ignore[call-overload]
         name=str(ev.get("n") or ""),
         ttft=float(ttft) if ttft is not None else None,  # type: ignore[arg-type]
-        itl=tuple(float(x) for x in itl),  # type: ignore[union-attr]
+        itl=tuple(float(x) for x in itl),  # type: ignore[attr-defined]
         tokens=int(ev.get("tok") or 0),  # type: ignore[call-overload]
         degraded=bool(ev.get("deg")),
-        reasons=tuple(str(r) for r in reasons),  # type: ignore[union-attr]
+        reasons=tuple(str(r) for r in reasons),  # type: ignore[attr-defined]
         model=str(ev.get("m") or ""),
         error=str(ev.get("e") or ""),
         task_id=str(ev.get("tid") or ""),
