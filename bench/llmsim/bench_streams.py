@@ -58,16 +58,24 @@ class Measured:
 
 
 def _request_bytes(port: int, m: Measured, max_tokens: int, model: str) -> bytes:
-    body = json.dumps({"model": model, "prompt": m.prompt, "stream": True,
-                       "max_tokens": max_tokens, "ignore_eos": True}).encode()  # fmt: skip
-    head = (f"POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
-            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
-            "connection: close\r\n\r\n").encode()  # fmt: skip
+    body = json.dumps(
+        {
+            "model": model,
+            "prompt": m.prompt,
+            "stream": True,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+        }
+    ).encode()
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"
+    ).encode()
     return head + body
 
 
-def drive(port: int, requests: list[Measured], ramp: float, max_tokens: int,
-          model: str) -> None:  # fmt: skip
+def drive(port: int, requests: list[Measured], ramp: float, max_tokens: int, model: str) -> None:
     """One thread, one epoll: every read is time-stamped the moment it returns.
 
     Parsing waits until the end, so a burst of a hundred streams' tokens is
@@ -183,18 +191,18 @@ def summarize(requests: list[Measured], sims: list[SimRequest]) -> dict[str, obj
         "ttft_mean_ms": {
             "measured": statistics.fmean(mt) * 1e3,
             "predicted": statistics.fmean(pt) * 1e3,
-        },  # fmt: skip
+        },
         "ttft_p90_ms": {"measured": q(mt, 0.9) * 1e3, "predicted": q(pt, 0.9) * 1e3},
         "itl_mean_ms": {
             "measured": statistics.fmean(mi) * 1e3,
             "predicted": statistics.fmean(pi) * 1e3,
-        },  # fmt: skip
+        },
         "per_request_abs_err_ms": {
             "ttft_p50": q(err_t, 0.5) * 1e3,
             "ttft_p95": q(err_t, 0.95) * 1e3,
             "itl_p50": q(err_i, 0.5) * 1e3,
             "itl_p95": q(err_i, 0.95) * 1e3,
-        },  # fmt: skip
+        },
     }
     res["pass_ttft_mean"] = within(statistics.fmean(mt), statistics.fmean(pt))
     res["pass_itl_mean"] = within(statistics.fmean(mi), statistics.fmean(pi))
@@ -210,10 +218,27 @@ def start_server(args: argparse.Namespace, tmp: Path) -> tuple[subprocess.Popen[
     # nice -n -10: the machine is shared; without it the kernel's scheduling delays of
     # other people's processes dominate what is measured (see bench/RESULTS.md).
     nice = ["nice", "-n", str(args.nice)] if args.nice else []
-    cmd = [*nice, "taskset", "-c", str(args.server_cpu), sys.executable, "-m",
-           "faultday.stack.services.llmsim", "--port", "0", "--port-file", str(port_file),
-           "--model", "bench", "--max-num-seqs", str(args.max_num_seqs),
-           "--log-level", "warning", "--loop", args.loop]  # fmt: skip
+    cmd = [
+        *nice,
+        "taskset",
+        "-c",
+        str(args.server_cpu),
+        sys.executable,
+        "-m",
+        "faultday.stack.services.llmsim",
+        "--port",
+        "0",
+        "--port-file",
+        str(port_file),
+        "--model",
+        "bench",
+        "--max-num-seqs",
+        str(args.max_num_seqs),
+        "--log-level",
+        "warning",
+        "--loop",
+        args.loop,
+    ]
     proc = subprocess.Popen(cmd, stderr=(tmp / "server.log").open("wb"), start_new_session=True)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -262,16 +287,20 @@ def main() -> int:
     sims = predict(config, requests, args.max_tokens)
     out = summarize(requests, sims)
     busy = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / (wall1 - wall0)
-    peak = max(len([s for s in sims if s.first_scheduled <= t < s.last_token])
-               for t in [m.sent for m in requests])  # fmt: skip
-    out.update({
-        "server_cpu_busy_fraction_of_one_core": round(busy, 3),
-        "peak_running_streams_predicted": peak,
-        "server_max_step_lag_ms": stats["max_lag_s"] * 1e3,
-        "server_lag_resets": stats["lag_resets"],
-        "wall_s": round(wall1 - wall0, 2),
-        "args": vars(args),
-    })  # fmt: skip
+    peak = max(
+        len([s for s in sims if s.first_scheduled <= t < s.last_token])
+        for t in [m.sent for m in requests]
+    )
+    out.update(
+        {
+            "server_cpu_busy_fraction_of_one_core": round(busy, 3),
+            "peak_running_streams_predicted": peak,
+            "server_max_step_lag_ms": stats["max_lag_s"] * 1e3,
+            "server_lag_resets": stats["lag_resets"],
+            "wall_s": round(wall1 - wall0, 2),
+            "args": vars(args),
+        }
+    )
     print(json.dumps(out, indent=2))
     passed = out["pass_ttft_mean"] and out["pass_itl_mean"] and out["pass_ttft_p90"]
     return 0 if passed else 1

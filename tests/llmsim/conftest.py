@@ -18,10 +18,21 @@ from prometheus_client.parser import text_string_to_metric_families
 
 # Fast, predictable engine for tests: 2 ms steps, short fixed answers.
 FAST = [
-    "--step-base-ms", "2", "--decode-ms-per-seq", "0.05", "--prefill-ms-per-token", "0.01",
-    "--attention-ms-per-ktoken", "0", "--output-len-dist", "fixed", "--output-len-mean", "20",
-    "--watchdog-s", "1",
-]  # fmt: skip
+    "--step-base-ms",
+    "2",
+    "--decode-ms-per-seq",
+    "0.05",
+    "--prefill-ms-per-token",
+    "0.01",
+    "--attention-ms-per-ktoken",
+    "0",
+    "--output-len-dist",
+    "fixed",
+    "--output-len-mean",
+    "20",
+    "--watchdog-s",
+    "1",
+]
 
 
 @dataclass
@@ -77,8 +88,18 @@ def launch(tmp: Path, *args: str, name: str = "sim") -> Sim:
     """Start one simulator, wait until /health answers 200 (bounded)."""
     port_file = tmp / f"{name}.port"
     log = tmp / f"{name}.log"
-    cmd = [sys.executable, "-m", "faultday.stack.services.llmsim", "--port", "0",
-           "--port-file", str(port_file), "--model", "test-model", *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "faultday.stack.services.llmsim",
+        "--port",
+        "0",
+        "--port-file",
+        str(port_file),
+        "--model",
+        "test-model",
+        *args,
+    ]
     with log.open("wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 20

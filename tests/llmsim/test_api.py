@@ -73,7 +73,8 @@ def test_openai_chat_stream_with_usage(sim: Sim) -> None:
     ]
     assert chunks[0].choices[0].delta.role == "assistant"
     assert finish == ["stop"]  # 20 tokens (fixed) < max_tokens
-    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].choices == []
+    assert chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens == 20
     assert len(text.split()) == 20
 
@@ -84,7 +85,8 @@ def test_openai_completion_is_deterministic_and_honours_max_tokens(sim: Sim) -> 
     b = c.completions.create(model="test-model", prompt="hello there", max_tokens=5, seed=7)
     assert a.choices[0].text == b.choices[0].text
     assert a.choices[0].finish_reason == "length"
-    assert a.usage is not None and a.usage.completion_tokens == 5
+    assert a.usage is not None
+    assert a.usage.completion_tokens == 5
     streamed = "".join(
         ch.choices[0].text
         for ch in c.completions.create(
@@ -95,11 +97,20 @@ def test_openai_completion_is_deterministic_and_honours_max_tokens(sim: Sim) -> 
 
 
 def test_tool_calls_then_text_answer(sim: Sim) -> None:
-    tools = [{"type": "function", "function": {
-        "name": "search_reports", "description": "search",
-        "parameters": {"type": "object", "properties": {"query": {"type": "string"},
-                                                        "limit": {"type": "integer"}},
-                       "required": ["query", "limit"]}}}]  # fmt: skip
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "search_reports",
+                "description": "search",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+                    "required": ["query", "limit"],
+                },
+            },
+        }
+    ]
     c = client(sim)
     msgs: list[dict[str, object]] = [{"role": "user", "content": "find the outage report"}]
     first = c.chat.completions.create(model="test-model", messages=msgs, tools=tools)  # type: ignore[arg-type]
@@ -108,8 +119,14 @@ def test_tool_calls_then_text_answer(sim: Sim) -> None:
     assert call.function.name == "search_reports"
     assert set(json.loads(call.function.arguments)) == {"query", "limit"}
     # Streaming gives the same call, in deltas.
-    parts = list(c.chat.completions.create(model="test-model", messages=msgs, tools=tools,  # type: ignore[arg-type]
-                                           stream=True))  # fmt: skip
+    parts = list(
+        c.chat.completions.create(
+            model="test-model",
+            messages=msgs,
+            tools=tools,  # type: ignore[arg-type]
+            stream=True,
+        )
+    )
     args = "".join(
         (p.choices[0].delta.tool_calls or [None])[0].function.arguments or ""  # type: ignore[union-attr]
         for p in parts
@@ -117,8 +134,10 @@ def test_tool_calls_then_text_answer(sim: Sim) -> None:
     )
     assert args == call.function.arguments
     # After one tool round the model answers in text (tools.rounds = 1).
-    msgs += [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
-             {"role": "tool", "tool_call_id": call.id, "content": "report 42"}]  # fmt: skip
+    msgs += [
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": "report 42"},
+    ]
     second = c.chat.completions.create(model="test-model", messages=msgs, tools=tools)  # type: ignore[arg-type]
     assert second.choices[0].finish_reason == "stop"
     assert second.choices[0].message.content
@@ -155,7 +174,8 @@ def test_metrics_families_types_and_labels(sim: Sim) -> None:
     for name, fam in families.items():
         if name.startswith("vllm:") and name != "vllm:cache_config_info":
             for s in fam.samples:
-                assert s.labels["model_name"] == "test-model" and s.labels["engine"] == "0"
+                assert s.labels["model_name"] == "test-model"
+                assert s.labels["engine"] == "0"
     m = sim.metrics()
     assert m["vllm:generation_tokens_total"] == 3
     assert m["vllm:request_success_total[('finished_reason', 'length')]"] == 1

@@ -1,4 +1,4 @@
-"""The engine model in virtual time: batching, chunked prefill, KV blocks, preemption, prefix cache."""
+"""The engine model in virtual time: batching, chunked prefill, KV, preemption, prefix cache."""
 
 from __future__ import annotations
 
@@ -7,13 +7,19 @@ from faultday.stack.services.llmsim.engine import Engine, FinishReason, SimReque
 
 
 def make_engine(**kw: object) -> Engine:
-    step = StepModel(base_ms=5, prefill_ms_per_token=0.1, decode_ms_per_seq=0.5,
-                     attention_ms_per_ktoken=0)  # fmt: skip
+    step = StepModel(
+        base_ms=5, prefill_ms_per_token=0.1, decode_ms_per_seq=0.5, attention_ms_per_ktoken=0
+    )
     return Engine(SimConfig.model_validate({"step": step.model_dump(), **kw}))
 
 
-def req(i: int, prompt_len: int = 32, out: int = 10, arrival: float = 0.0,
-        prefix: list[int] | None = None) -> SimRequest:  # fmt: skip
+def req(
+    i: int,
+    prompt_len: int = 32,
+    out: int = 10,
+    arrival: float = 0.0,
+    prefix: list[int] | None = None,
+) -> SimRequest:
     head = list(prefix or [])
     prompt = head + [1000 + i * 7919 + k for k in range(prompt_len - len(head))]
     return SimRequest(f"r{i}", prompt, out, FinishReason.LENGTH, arrival)
@@ -38,11 +44,12 @@ def test_continuous_batching_respects_max_num_seqs_and_step_model() -> None:
     plan = e.plan(0.0)
     assert len(plan.scheduled) == 4
     assert len(e.waiting) == 6
-    # One prefill step of 4×32 tokens: base + 0.1 ms × 128.
+    # One prefill step of 4x32 tokens: base + 0.1 ms x 128.
     assert abs(plan.duration - (5 + 12.8) / 1000) < 1e-9
     e.commit(plan, plan.duration)
     decode = e.plan(plan.duration)
-    assert decode.decode_seqs == 4 and decode.prefill_tokens == 0
+    assert decode.decode_seqs == 4
+    assert decode.prefill_tokens == 0
     assert abs(decode.duration - (5 + 0.5 * 4) / 1000) < 1e-9
     _, results = run(e)
     finished = [f for r in results for f in r.finished]
@@ -95,7 +102,8 @@ def test_kv_shrink_preempts_running_requests() -> None:
     for i in range(8):
         e.add(req(i, out=200))
     run(e, until=0.05)
-    assert len(e.running) == 8 and e.kv.usage() > 0
+    assert len(e.running) == 8
+    assert e.kv.usage() > 0
     preempted = e.set_kv_capacity(20)
     assert preempted > 0
     assert e.kv.num_used <= 20
@@ -121,7 +129,8 @@ def test_abort_frees_blocks() -> None:
     run(e, until=0.05)
     assert e.kv.num_used > 0
     e.abort("r0")
-    assert e.kv.num_used == 0 and not e.has_work
+    assert e.kv.num_used == 0
+    assert not e.has_work
 
 
 def test_throttle_slows_every_step() -> None:

@@ -34,8 +34,12 @@ class RawStream:
 
     def _run(self) -> None:
         try:
-            with httpx.stream("POST", f"{self.sim.url}/v1/completions", json=self.body,
-                              timeout=httpx.Timeout(10, read=10)) as resp:  # fmt: skip
+            with httpx.stream(
+                "POST",
+                f"{self.sim.url}/v1/completions",
+                json=self.body,
+                timeout=httpx.Timeout(10, read=10),
+            ) as resp:
                 self.status = resp.status_code
                 for line in resp.iter_lines():
                     if line.startswith("data: "):
@@ -82,19 +86,25 @@ def test_xid_kills_engine_streams_get_error_frame_new_requests_500_then_exit(
     sim.fault(kind="xid", xid=79)
     # The in-flight stream: one error frame, then [DONE]; its HTTP status was already 200.
     raw.join()
-    assert raw.status == 200 and raw.error is None
+    assert raw.status == 200
+    assert raw.error is None
     assert raw.events[-1][1] == "[DONE]"
     err = json.loads(raw.events[-2][1])
-    assert err == {"error": {"message": err["error"]["message"], "type": "InternalServerError",
-                             "param": None, "code": 500}}  # fmt: skip
+    assert err == {
+        "error": {
+            "message": err["error"]["message"],
+            "type": "InternalServerError",
+            "param": None,
+            "code": 500,
+        }
+    }
     assert err["error"]["message"].startswith("EngineCore encountered an issue.")
     # The openai client sees the error frame as an APIError mid-stream.
     with pytest.raises(openai.APIError, match="EngineCore encountered an issue"):
         for _ in oai_stream:
             pass
     assert httpx.get(f"{sim.url}/health", timeout=5).status_code == 503
-    resp = httpx.post(f"{sim.url}/v1/completions", json={"prompt": "x", "max_tokens": 3},
-                      timeout=5)  # fmt: skip
+    resp = httpx.post(f"{sim.url}/v1/completions", json={"prompt": "x", "max_tokens": 3}, timeout=5)
     assert resp.status_code == 500
     assert resp.json()["error"]["type"] == "InternalServerError"
     # Then the API server exits, as vLLM's does, and it stops accepting connections.
@@ -108,13 +118,17 @@ def test_xid_kills_engine_streams_get_error_frame_new_requests_500_then_exit(
 def test_oom_with_keep_alive_stays_up_but_dead(start_sim: Callable[..., Sim]) -> None:
     sim = start_sim("--keep-alive-on-engine-death")
     sim.fault(kind="oom")
-    resp = httpx.post(f"{sim.url}/v1/chat/completions",
-                      json={"messages": [{"role": "user", "content": "x"}]}, timeout=5)  # fmt: skip
+    resp = httpx.post(
+        f"{sim.url}/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "x"}]},
+        timeout=5,
+    )
     assert resp.status_code == 500
     assert httpx.get(f"{sim.url}/health", timeout=5).status_code == 503
     assert sim.wait_exit(timeout=2.5) is None  # two watchdog periods: still running
     faults = httpx.get(f"{sim.url}/admin/faults", timeout=5).json()
-    assert faults["engine"] == "dead" and faults["death_reason"] == "CUDA out of memory"
+    assert faults["engine"] == "dead"
+    assert faults["death_reason"] == "CUDA out of memory"
     assert "torch.OutOfMemoryError: CUDA out of memory" in sim.log_text()
 
 
@@ -138,7 +152,8 @@ def test_hang_keeps_health_200_while_tokens_stop_then_resumes(
     resp = httpx.delete(f"{sim.url}/admin/faults/{fault['id']}", timeout=5)
     assert resp.json()["cleared"] == [fault["id"]]
     raw.join()
-    assert raw.events[-1][1] == "[DONE]" and raw.tokens() == 400
+    assert raw.events[-1][1] == "[DONE]"
+    assert raw.tokens() == 400
     assert json.loads(raw.events[-2][1])["choices"][0]["finish_reason"] == "length"
 
 
@@ -150,20 +165,23 @@ def _mean_itl(sim: Sim) -> tuple[float, float]:
 def test_throttle_multiplies_inter_token_latency(start_sim: Callable[..., Sim]) -> None:
     sim = start_sim("--step-base-ms", "10", "--output-len-mean", "400")
     oai = openai.OpenAI(base_url=f"{sim.url}/v1", api_key="x", timeout=10, max_retries=0)
-    chunks = oai.completions.create(model="test-model", prompt="go", stream=True, max_tokens=60)
+    chunks = oai.completions.create(model="test-model", prompt="go", stream=True, max_tokens=400)
     it = iter(chunks)
     for _ in range(20):
         next(it)
     s0, c0 = _mean_itl(sim)
     sim.fault(kind="throttle", factor=3)
-    time.sleep(0.05)
+    for _ in range(5):  # tokens already in flight when the fault landed
+        next(it)
     s1, c1 = _mean_itl(sim)
-    for _ in it:
-        pass
+    for _ in range(30):
+        next(it)
     s2, c2 = _mean_itl(sim)
+    chunks.close()
     normal = s0 / c0
     throttled = (s2 - s1) / (c2 - c1)
-    assert normal == pytest.approx(0.01005, rel=0.05)  # one 10 ms (+0.05 ms) decode step
+    # Metrics run on the simulated clock: one 10 ms (+0.05 ms) decode step per token.
+    assert normal == pytest.approx(0.01005, rel=0.05)
     assert throttled == pytest.approx(3 * normal, rel=0.1)
 
 
@@ -189,9 +207,9 @@ def test_ecc_sbe_is_logged_and_counted_without_effect(start_sim: Callable[..., S
     sim = start_sim()
     sim.fault(kind="ecc_sbe")
     faults = httpx.get(f"{sim.url}/admin/faults", timeout=5).json()
-    assert faults["engine"] == "running" and faults["ecc_sbe_errors"] == 1
-    resp = httpx.post(f"{sim.url}/v1/completions", json={"prompt": "x", "max_tokens": 3},
-                      timeout=5)  # fmt: skip
+    assert faults["engine"] == "running"
+    assert faults["ecc_sbe_errors"] == 1
+    resp = httpx.post(f"{sim.url}/v1/completions", json={"prompt": "x", "max_tokens": 3}, timeout=5)
     assert resp.status_code == 200
     assert "NVRM: Xid (PCI:0000:01:00): 92" in sim.log_text()
 

@@ -41,8 +41,14 @@ class Ctx:
 
 
 def sim_target(sim: Sim) -> Target:
-    return Target(name="llm-primary", kind=TargetKind.COMPONENT, component_type="llmsim",
-                  url=sim.url, admin_url=sim.url, pid=sim.proc.pid)  # fmt: skip
+    return Target(
+        name="llm-primary",
+        kind=TargetKind.COMPONENT,
+        component_type="llmsim",
+        url=sim.url,
+        admin_url=sim.url,
+        pid=sim.proc.pid,
+    )
 
 
 def cycle(name: str, ctx: Ctx, target: Target, raw: dict[str, object]) -> tuple[Injector, Revert]:
@@ -128,8 +134,9 @@ def fake_vllm(tmp_path: Path) -> Iterator[Callable[[], Target]]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def start() -> Target:
-        proc = subprocess.Popen([sys.executable, "-c", FAKE_VLLM, str(tmp_path)],
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-c", FAKE_VLLM, str(tmp_path)], start_new_session=True
+        )
         procs.append(proc)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

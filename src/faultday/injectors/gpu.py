@@ -47,13 +47,13 @@ class GpuLossParams(BaseModel):
 class ThrottleParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    factor: float = Field(default=3.0, ge=1.0, description="every engine step takes factor× longer")
+    factor: float = Field(default=3.0, ge=1.0, description="every engine step takes factorx longer")
 
 
 class KvPressureParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    factor: float = Field(default=0.25, gt=0, le=1.0, description="usable KV blocks × factor")
+    factor: float = Field(default=0.25, gt=0, le=1.0, description="usable KV blocks x factor")
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -72,8 +72,9 @@ def _post_fault(base: str, body: dict[str, JsonValue], target: str) -> None:
     except httpx.HTTPError as exc:
         raise InjectionError(f"{target}: fault admin API unreachable at {base}: {exc}") from exc
     if resp.status_code != 200:
-        raise InjectionError(f"{target}: {base}/admin/faults answered {resp.status_code}: "
-                             f"{resp.text[:300]}")  # fmt: skip
+        raise InjectionError(
+            f"{target}: {base}/admin/faults answered {resp.status_code}: {resp.text[:300]}"
+        )
 
 
 def _delete_fault(base: str, fault_id: str, target: str) -> None:
@@ -115,7 +116,7 @@ def find_engine_core(api_pid: int) -> psutil.Process:
 def _same_process(pid: int, create_time: float) -> bool:
     try:
         proc = psutil.Process(pid)
-        return abs(proc.create_time() - create_time) < 0.01 and proc.status() != "zombie"
+        return bool(abs(proc.create_time() - create_time) < 0.01 and proc.status() != "zombie")
     except psutil.NoSuchProcess:
         return False
 
@@ -142,8 +143,10 @@ def _component_type(target: Target, allowed: frozenset[str]) -> str:
 
 def _engine_data(target: Target) -> dict[str, JsonValue]:
     if target.pid is None:
-        raise InjectionError(f"{target.name}: no pid (a real vLLM must run under the process "
-                             "driver for its EngineCore to be found)")  # fmt: skip
+        raise InjectionError(
+            f"{target.name}: no pid (a real vLLM must run under the process "
+            "driver for its EngineCore to be found)"
+        )
     core = find_engine_core(target.pid)
     return {"mode": VLLM, "engine_pid": core.pid, "engine_create_time": core.create_time()}
 
@@ -200,8 +203,9 @@ class GpuLoss(Injector):
         assert isinstance(params, GpuLossParams)
         data = revert.data
         if data.get("mode") == LLMSIM:
-            body: dict[str, JsonValue] = {"kind": "oom"} if params.oom else {
-                "kind": "xid", "xid": params.xid}  # fmt: skip
+            body: dict[str, JsonValue] = (
+                {"kind": "oom"} if params.oom else {"kind": "xid", "xid": params.xid}
+            )
             body["id"] = str(data["fault_id"])
             _post_fault(str(data["admin"]), body, target.name)
             log.info("%s: GPU lost (%s)", target.name, "oom" if params.oom else f"Xid {params.xid}")
@@ -235,7 +239,7 @@ class GpuLoss(Injector):
         if current is None or current.pid is None:
             return False
         try:
-            return find_engine_core(current.pid).pid != _int(data, "engine_pid")
+            return bool(find_engine_core(current.pid).pid != _int(data, "engine_pid"))
         except InjectionError:
             return False
 
@@ -256,14 +260,14 @@ class GpuHang(Injector):
         kind = _component_type(target, frozenset({LLMSIM, VLLM}))
         data = _admin_data(target) if kind == LLMSIM else _engine_data(target)
         action = "clear" if kind == LLMSIM else "sigcont"
-        return Revert(injector=self.name, fault=fault, target=target.name, action=action,
-                      data=data)  # fmt: skip
+        return Revert(injector=self.name, fault=fault, target=target.name, action=action, data=data)
 
     def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
         data = revert.data
         if data.get("mode") == LLMSIM:
-            _post_fault(str(data["admin"]), {"kind": "hang", "id": str(data["fault_id"])},
-                        target.name)  # fmt: skip
+            _post_fault(
+                str(data["admin"]), {"kind": "hang", "id": str(data["fault_id"])}, target.name
+            )
         else:
             pid, created = _int(data, "engine_pid"), _float(data, "engine_create_time")
             if not _signal(pid, created, signal.SIGSTOP):
@@ -289,8 +293,13 @@ class _AdminFault(Injector):
         self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
     ) -> Revert:
         _component_type(target, frozenset({LLMSIM}))
-        return Revert(injector=self.name, fault=fault, target=target.name, action="clear",
-                      data=_admin_data(target))  # fmt: skip
+        return Revert(
+            injector=self.name,
+            fault=fault,
+            target=target.name,
+            action="clear",
+            data=_admin_data(target),
+        )
 
     def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
         factor = getattr(params, "factor", None)
@@ -305,20 +314,20 @@ class _AdminFault(Injector):
 
 
 class GpuThrottle(_AdminFault):
-    """Thermal or power capping: every engine step (so inter-token latency) × factor."""
+    """Thermal or power capping: every engine step (so inter-token latency) x factor."""
 
     name: ClassVar[str] = "gpu_throttle"
-    summary: ClassVar[str] = "GPU clocks throttled: inter-token latency × factor (simulator)"
+    summary: ClassVar[str] = "GPU clocks throttled: inter-token latency x factor (simulator)"
     Params: ClassVar[type[BaseModel]] = ThrottleParams
     kind: ClassVar[str] = "throttle"
 
 
 class KvPressure(_AdminFault):
-    """Usable KV-cache blocks × factor: preemptions, recompute and latency spikes."""
+    """Usable KV-cache blocks x factor: preemptions, recompute and latency spikes."""
 
     name: ClassVar[str] = "kv_pressure"
     summary: ClassVar[str] = (
-        "KV-cache capacity × factor: preemptions and latency spikes (simulator)"
+        "KV-cache capacity x factor: preemptions and latency spikes (simulator)"
     )
     Params: ClassVar[type[BaseModel]] = KvPressureParams
     kind: ClassVar[str] = "kv_shrink"

@@ -19,6 +19,7 @@ _OUT = "Output"
 
 
 def llm(
+    *,
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to bind; 0 picks a free one.")] = 8000,
     model: Annotated[str | None, typer.Option(help="Model name, as `vllm serve MODEL`.")] = None,
@@ -38,9 +39,7 @@ def llm(
     block_size: Annotated[int | None, typer.Option(rich_help_panel=_ENGINE)] = None,
     enable_prefix_caching: Annotated[
         bool | None,
-        typer.Option(
-            "--enable-prefix-caching/--no-enable-prefix-caching", rich_help_panel=_ENGINE
-        ),  # fmt: skip
+        typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", rich_help_panel=_ENGINE),
     ] = None,
     step_base_ms: Annotated[float | None, typer.Option(rich_help_panel=_STEP)] = None,
     prefill_ms_per_token: Annotated[float | None, typer.Option(rich_help_panel=_STEP)] = None,
@@ -73,7 +72,7 @@ def llm(
     port_file: Annotated[str, typer.Option(help="Write the bound port to this file.")] = "",
     loop: Annotated[
         str, typer.Option(help="Event loop: auto (uvloop if installed), uvloop or asyncio.")
-    ] = "auto",  # fmt: skip
+    ] = "auto",
 ) -> None:
     """Serve a vLLM-compatible OpenAI API backed by a simulated engine and GPU."""
     from faultday.stack.services.llmsim.server import serve  # noqa: PLC0415 - needs uvicorn
@@ -112,8 +111,15 @@ def llm(
         level=log_level.upper(),
         format="%(levelname)s %(asctime)s [%(name)s] %(message)s",
     )
-    status = serve(cfg, host=host, port=port, log_level=log_level, access_log=access_log,
-                   port_file=port_file, loop=loop)  # fmt: skip
+    status = serve(
+        cfg,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=access_log,
+        port_file=port_file,
+        loop=loop,
+    )
     raise typer.Exit(status)
 
 

@@ -7,7 +7,7 @@ What each kind does, as a real vLLM on a real GPU would show it:
 * ``hang`` — the engine stops stepping; HTTP stays up, ``/health`` 200, the
   engine's gauges freeze at their last values (a hung engine reports nothing).
 * ``throttle`` — every step takes ``factor`` times longer (thermal/power capping).
-* ``kv_shrink`` — usable KV blocks × ``factor`` (e.g. row remapping, another
+* ``kv_shrink`` — usable KV blocks x ``factor`` (e.g. row remapping, another
   tenant's memory): preemptions and latency spikes.
 * ``ecc_sbe`` — a corrected single-bit ECC error: logged and counted, no effect.
 """

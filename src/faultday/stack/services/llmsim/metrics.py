@@ -17,12 +17,74 @@ from prometheus_client.process_collector import ProcessCollector
 from faultday.stack.services.llmsim.config import SimConfig
 from faultday.stack.services.llmsim.engine import FinishReason, StepResult
 
-_TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
-                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]  # fmt: skip
-_ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
-                7.5, 10.0, 20.0, 40.0, 80.0]  # fmt: skip
-_REQUEST_LATENCY_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
-                            40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]  # fmt: skip
+_TTFT_BUCKETS = [
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+]
+_ITL_BUCKETS = [
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+]
+_REQUEST_LATENCY_BUCKETS = [
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+]
 _ITERATION_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
@@ -91,14 +153,22 @@ class VllmMetrics:
             "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
         ).labels(*values)
         for name, doc in (
-            ("vllm:external_prefix_cache_queries", "External prefix cache queries from KV "
-             "connector cross-instance cache sharing, in terms of number of queried tokens."),
-            ("vllm:external_prefix_cache_hits", "External prefix cache hits from KV connector "
-             "cross-instance cache sharing, in terms of number of cached tokens."),
-            ("vllm:mm_cache_queries",
-             "Multi-modal cache queries, in terms of number of queried items."),
+            (
+                "vllm:external_prefix_cache_queries",
+                "External prefix cache queries from KV "
+                "connector cross-instance cache sharing, in terms of number of queried tokens.",
+            ),
+            (
+                "vllm:external_prefix_cache_hits",
+                "External prefix cache hits from KV connector "
+                "cross-instance cache sharing, in terms of number of cached tokens.",
+            ),
+            (
+                "vllm:mm_cache_queries",
+                "Multi-modal cache queries, in terms of number of queried items.",
+            ),
             ("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items."),
-        ):  # fmt: skip
+        ):
             counter(name, doc).labels(*values)  # exported at 0: no connector, text only
         self.preemptions = counter(
             "vllm:num_preemptions", "Cumulative number of preemption from the engine."
@@ -238,7 +308,14 @@ class VllmMetrics:
         for v in result.itls:
             self.itl.observe(v)
         for f in result.finished:
-            self.record_finished(f.reason, f.e2e, f.queued, f.prefill, f.decode, f.inference)
+            self.record_finished(
+                reason=f.reason,
+                e2e=f.e2e,
+                queued=f.queued,
+                prefill=f.prefill,
+                decode=f.decode,
+                inference=f.inference,
+            )
             self.req_prompt_tokens.observe(f.prompt_tokens)
             self.req_gen_tokens.observe(f.generation_tokens)
             self.prefill_kv_computed.observe(f.prefill_kv_computed)
@@ -249,6 +326,7 @@ class VllmMetrics:
 
     def record_finished(
         self,
+        *,
         reason: FinishReason,
         e2e: float,
         queued: float,

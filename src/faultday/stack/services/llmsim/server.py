@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -62,7 +63,7 @@ Send = Callable[[Message], Awaitable[None]]
 ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 MAX_BODY = 32 * 1024 * 1024
 MAX_LAG_S = 0.5
-IO_PASSES = 4  # past this the simulated clock gives up catching up with wall time
+IO_PASSES = 8
 _JSON = [(b"content-type", b"application/json")]
 _SSE = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -434,17 +435,19 @@ class LlmSim:
         handler = self._routes.get((method, path))
         if handler is None and path.startswith("/admin/faults/") and method == "DELETE":
             handler = self._faults_delete
+        if handler is None:
+            handler = self._not_found
         try:
-            if handler is None:
-                known = any(p == path for _, p in self._routes)
-                if known:
-                    raise HttpError(405, "Method Not Allowed", "MethodNotAllowed")
-                raise HttpError(404, "Not Found", "NotFoundError")
             await handler(scope, receive, send)
         except HttpError as exc:
             await send_json(send, exc.status, exc.body())
             if exc.message == ENGINE_DEAD_MESSAGE:
                 self._exit_soon("a request hit EngineDeadError")
+
+    async def _not_found(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if any(p == scope["path"] for _, p in self._routes):
+            raise HttpError(405, "Method Not Allowed", "MethodNotAllowed")
+        raise HttpError(404, "Not Found", "NotFoundError")
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -576,23 +579,8 @@ class LlmSim:
             raise HttpError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
         if int(body.get("n") or 1) != 1:
             raise bad_request("llmsim serves n=1 only", "n")
-        tools = body.get("tools") or None
-        messages: list[dict[str, Any]] = []
-        if chat:
-            messages = _as_list(body.get("messages"))
-            if not messages:
-                raise bad_request("messages must be a non-empty list", "messages")
-            prompt_text = render_chat(messages, tools)
-        else:
-            prompt = body.get("prompt")
-            if isinstance(prompt, list):
-                if len(prompt) != 1:
-                    raise bad_request("llmsim serves one prompt per request", "prompt")
-                prompt = prompt[0]
-            if not isinstance(prompt, str):
-                raise bad_request("prompt must be a string", "prompt")
-            prompt_text = prompt
-        ids = tokenize(prompt_text) or [0]
+        messages = _as_list(body.get("messages")) if chat else []
+        ids = tokenize(_prompt_text(body, messages, chat=chat)) or [0]
         mlen = cfg.max_model_len
         if len(ids) >= mlen:
             raise bad_request(
@@ -611,25 +599,17 @@ class LlmSim:
             )
         user_seed = body.get("seed")
         seed = request_seed(cfg, ids, int(user_seed) if user_seed is not None else None)
+        tools = _as_list(body.get("tools"))
         tool = None
         if chat and tools:
             tool = choose_tool_call(
                 config=cfg,
-                tools=_as_list(tools),
+                tools=tools,
                 tool_choice=body.get("tool_choice", "auto"),
                 messages=messages,
                 seed=seed,
             )
-        if tool is not None:
-            target = min(max_tokens, count_tokens(tool.arguments) + 1)
-            reason = FinishReason.STOP
-        else:
-            wanted = sample_length(cfg.output_len, random.Random(seed))
-            if body.get("ignore_eos"):
-                wanted = max_tokens
-            wanted = max(wanted, int(body.get("min_tokens") or 0))
-            target = min(wanted, max_tokens)
-            reason = FinishReason.STOP if wanted < max_tokens else FinishReason.LENGTH
+        target, reason = self._output_length(body, seed=seed, max_tokens=max_tokens, tool=tool)
         opts = body.get("stream_options") or {}
         return Parsed(
             chat=chat,
@@ -642,6 +622,20 @@ class LlmSim:
             seed=seed,
             tool=tool,
         )
+
+    def _output_length(
+        self, body: dict[str, Any], *, seed: int, max_tokens: int, tool: ToolCall | None
+    ) -> tuple[int, FinishReason]:
+        """How many tokens this request generates, and why it stops."""
+        if tool is not None:
+            return min(max_tokens, count_tokens(tool.arguments) + 1), FinishReason.STOP
+        rng = random.Random(seed)  # noqa: S311 - reproducible lengths, not secrets
+        wanted = (
+            max_tokens if body.get("ignore_eos") else sample_length(self.config.output_len, rng)
+        )
+        wanted = max(wanted, int(body.get("min_tokens") or 0))
+        reason = FinishReason.STOP if wanted < max_tokens else FinishReason.LENGTH
+        return min(wanted, max_tokens), reason
 
     async def _generate(self, parsed: Parsed, receive: Receive, send: Send) -> None:
         if self.dead:
@@ -728,8 +722,12 @@ class LlmSim:
                 "stop_reason": None,
                 "prompt_logprobs": None,
             }
-            return {**base, "object": "text_completion", "choices": [choice],
-                    "usage": self._usage(lv)}  # fmt: skip
+            return {
+                **base,
+                "object": "text_completion",
+                "choices": [choice],
+                "usage": self._usage(lv),
+            }
         message: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": []}
         if lv.tool is not None:
             message["content"] = None
@@ -773,14 +771,7 @@ class LlmSim:
             if first and n:
                 first = False
                 if lv.chat:
-                    parts.append(head + b'"delta":{"role":"assistant","content":""},'
-                                 b'"logprobs":null,"finish_reason":null}]}\n\n')  # fmt: skip
-                    if lv.tool is not None:
-                        call = {"index": 0, "id": lv.tool.call_id, "type": "function",
-                                "function": {"name": lv.tool.name, "arguments": ""}}  # fmt: skip
-                        delta = json.dumps({"tool_calls": [call]}).encode()
-                        parts.append(head + b'"delta":' + delta +
-                                     b',"logprobs":null,"finish_reason":null}]}\n\n')  # fmt: skip
+                    parts.extend(_chat_opening(lv, head))
             if n:
                 text = lv.take_text(n)
                 finish = json.dumps(self._finish_reason(lv)) if lv.done else "null"
@@ -793,8 +784,13 @@ class LlmSim:
             if lv.done:
                 parts.append(b"data: [DONE]\n\n")
             if parts:
-                await send({"type": "http.response.body", "body": b"".join(parts),
-                            "more_body": not lv.done})  # fmt: skip
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": b"".join(parts),
+                        "more_body": not lv.done,
+                    }
+                )
                 self._last_write = time.monotonic()
             if lv.done:
                 return
@@ -829,6 +825,36 @@ class LlmSim:
         )
 
 
+def _chat_opening(lv: Live, head: bytes) -> list[bytes]:
+    """The role chunk (and a tool call's header) that open a chat stream, as vLLM sends them."""
+    tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
+    parts = [head + b'"delta":{"role":"assistant","content":""}' + tail]
+    if lv.tool is not None:
+        call = {
+            "index": 0,
+            "id": lv.tool.call_id,
+            "type": "function",
+            "function": {"name": lv.tool.name, "arguments": ""},
+        }
+        parts.append(head + b'"delta":' + json.dumps({"tool_calls": [call]}).encode() + tail)
+    return parts
+
+
+def _prompt_text(body: dict[str, Any], messages: list[dict[str, Any]], *, chat: bool) -> str:
+    if chat:
+        if not messages:
+            raise bad_request("messages must be a non-empty list", "messages")
+        return render_chat(messages, _as_list(body.get("tools")) or None)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list):
+        if len(prompt) != 1:
+            raise bad_request("llmsim serves one prompt per request", "prompt")
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise bad_request("prompt must be a string", "prompt")
+    return prompt
+
+
 def _as_list(value: Any) -> list[dict[str, Any]]:
     if not isinstance(value, list):
         return []
@@ -861,7 +887,9 @@ async def read_json(receive: Receive) -> dict[str, Any]:
     return body
 
 
-async def send_bytes(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]):
+async def send_bytes(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
+) -> None:
     headers = [*headers, (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
@@ -880,15 +908,26 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(config: SimConfig, *, host: str, port: int, log_level: str = "info",
-          access_log: bool = False, port_file: str = "", loop: str = "auto") -> int:  # fmt: skip
+def serve(
+    config: SimConfig,
+    *,
+    host: str,
+    port: int,
+    log_level: str = "info",
+    access_log: bool = False,
+    port_file: str = "",
+    loop: str = "auto",
+) -> int:
     """Run the simulator until it is stopped or its engine dies; returns the exit status."""
     import uvicorn  # noqa: PLC0415 - the stack extra; keep the engine importable without it
 
+    sock = bind_socket(host, port)
+    actual = sock.getsockname()[1]
+    if port_file:
+        Path(port_file).write_text(str(actual), encoding="utf-8")
+
     async def main() -> int:
         sim = LlmSim(config)
-        sock = bind_socket(host, port)
-        actual = sock.getsockname()[1]
         uv_config = uvicorn.Config(
             sim,
             log_level=log_level,
@@ -904,9 +943,6 @@ def serve(config: SimConfig, *, host: str, port: int, log_level: str = "info",
 
         sim.set_exit_callback(request_exit)
         log.info("llmsim listening on http://%s:%d (pid %d)", host, actual, os.getpid())
-        if port_file:
-            with open(port_file, "w", encoding="utf-8") as fh:
-                fh.write(str(actual))
         await server.serve(sockets=[sock])
         return 1 if sim.dead else 0
 

@@ -12,6 +12,7 @@ import math
 import random
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,89 @@ from faultday.stack.services.llmsim.config import LengthDist, OutputLength, SimC
 VOCAB_SIZE = 32000
 # Roughly 4 characters a token, like BPE on English text.
 _PIECE = re.compile(r"\s?[^\s]{1,4}|\s+")
-_WORDS = ["the", "system", "degrades", "gracefully", "when", "a", "replica", "loses", "its", "accelerator", "and", "traffic", "moves", "to", "the", "backup", "while", "breakers", "open", "retries", "stay", "bounded", "and", "the", "queue", "drains", "latency", "rises", "then", "recovers", "because", "every", "fault", "is", "reverted", "the", "report", "lists", "what", "happened", "and", "which", "runbook", "step", "applies", "operators", "read", "the", "timeline", "compare", "the", "baseline", "with", "the", "window", "of", "the", "fault", "and", "decide", "whether", "the", "budget", "held", "model", "serving", "needs", "capacity", "headroom", "cache", "hit", "rates", "matter", "prefill", "dominates", "long", "prompts", "decode", "dominates", "long", "answers"]
+_WORDS = [
+    "the",
+    "system",
+    "degrades",
+    "gracefully",
+    "when",
+    "a",
+    "replica",
+    "loses",
+    "its",
+    "accelerator",
+    "and",
+    "traffic",
+    "moves",
+    "to",
+    "the",
+    "backup",
+    "while",
+    "breakers",
+    "open",
+    "retries",
+    "stay",
+    "bounded",
+    "and",
+    "the",
+    "queue",
+    "drains",
+    "latency",
+    "rises",
+    "then",
+    "recovers",
+    "because",
+    "every",
+    "fault",
+    "is",
+    "reverted",
+    "the",
+    "report",
+    "lists",
+    "what",
+    "happened",
+    "and",
+    "which",
+    "runbook",
+    "step",
+    "applies",
+    "operators",
+    "read",
+    "the",
+    "timeline",
+    "compare",
+    "the",
+    "baseline",
+    "with",
+    "the",
+    "window",
+    "of",
+    "the",
+    "fault",
+    "and",
+    "decide",
+    "whether",
+    "the",
+    "budget",
+    "held",
+    "model",
+    "serving",
+    "needs",
+    "capacity",
+    "headroom",
+    "cache",
+    "hit",
+    "rates",
+    "matter",
+    "prefill",
+    "dominates",
+    "long",
+    "prompts",
+    "decode",
+    "dominates",
+    "long",
+    "answers",
+]
 
 
 def tokenize(text: str) -> list[int]:
@@ -62,8 +145,7 @@ def render_chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | No
 def request_seed(config: SimConfig, prompt_ids: list[int], user_seed: int | None) -> int:
     """A stable seed for one request: the server seed, the model version, the prompt."""
     h = zlib.crc32(f"{config.seed}|{config.version}|{user_seed}".encode())
-    h = zlib.crc32(b"".join(t.to_bytes(2, "little") for t in prompt_ids[-512:]), h)
-    return h
+    return zlib.crc32(b"".join(t.to_bytes(2, "little") for t in prompt_ids[-512:]), h)
 
 
 def sample_length(dist: OutputLength, rng: random.Random) -> int:
@@ -86,7 +168,7 @@ class WordStream:
     __slots__ = ("_rng",)
 
     def __init__(self, seed: int) -> None:
-        self._rng = random.Random(seed)
+        self._rng = random.Random(seed)  # noqa: S311 - reproducible text, not secrets
 
     def next_piece(self) -> str:
         return " " + self._rng.choice(_WORDS)
@@ -100,20 +182,18 @@ class ToolCall:
 
 
 def _fake_value(schema: dict[str, Any], key: str, rng: random.Random) -> Any:
-    kind = schema.get("type")
+    """A plausible argument value for a JSON-schema property."""
     if schema.get("enum"):
         return schema["enum"][0]
-    if kind == "integer":
-        return rng.randint(1, 10)
-    if kind == "number":
-        return round(rng.uniform(0, 10), 2)
-    if kind == "boolean":
-        return True
-    if kind == "array":
-        return [_fake_value(schema.get("items") or {"type": "string"}, key, rng)]
-    if kind == "object":
-        return {}
-    return f"{key} {rng.choice(_WORDS)}"
+    makers: dict[str, Callable[[], Any]] = {
+        "integer": lambda: rng.randint(1, 10),
+        "number": lambda: round(rng.uniform(0, 10), 2),
+        "boolean": lambda: True,
+        "array": lambda: [_fake_value(schema.get("items") or {"type": "string"}, key, rng)],
+        "object": dict,
+    }
+    make = makers.get(str(schema.get("type")))
+    return make() if make is not None else f"{key} {rng.choice(_WORDS)}"
 
 
 def choose_tool_call(
@@ -141,7 +221,7 @@ def choose_tool_call(
     if isinstance(tool_choice, dict):
         wanted = tool_choice.get("function", {}).get("name")
         functions = [f for f in functions if f.get("name") == wanted] or functions
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 - deterministic fake arguments, not secrets
     index = 0 if policy.select == ToolSelect.FIRST else seed % len(functions)
     fn = functions[index]
     params = fn.get("parameters") or {}
