@@ -17,9 +17,12 @@ DEFAULT_TIMEOUT = 5.0
 class ProxyAPIError(FaultdayError):
     """The Toxiproxy API answered with an error (or not at all)."""
 
-    def __init__(self, message: str, *, status: int = 0) -> None:
+    def __init__(self, message: str, *, status: int = 0, unreachable: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        # Nothing listens at the API address: a proxy server that is gone took its
+        # toxics with it (no server keeps them on disk), which reverts can rely on.
+        self.unreachable = unreachable
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,8 @@ class ToxiproxyClient:
     def _call(self, method: str, path: str, body: JsonValue = None) -> Any:
         try:
             resp = self._http.request(method, path, json=body)
+        except httpx.ConnectError as exc:
+            raise ProxyAPIError(f"{method} {self.api_url}{path}: {exc}", unreachable=True) from exc
         except httpx.HTTPError as exc:
             raise ProxyAPIError(f"{method} {self.api_url}{path}: {exc}") from exc
         if resp.status_code >= 400:

@@ -1,0 +1,385 @@
+"""Network faults on a proxied edge, through any Toxiproxy-API server.
+
+Every injector here talks to the edge's ``proxy_api`` (faultday's proxy or a
+real toxiproxy-server: configuration, not code) through one client. A toxic's
+name is fixed in ``prepare`` — ``faultday-<fault>-<type>`` — so the revert in
+the ledger names exactly what inject will create, before it exists.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from faultday.errors import InjectionError, RevertError
+from faultday.injectors.base import FaultContext, Injector, NoParams, Revert, Target, TargetKind
+from faultday.proxy.client import ProxyAPIError, ToxiproxyClient
+from faultday.scenario.types import Duration
+
+log = logging.getLogger(__name__)
+
+API_TIMEOUT = 5.0
+EDGE = frozenset({TargetKind.EDGE})
+
+StreamName = Literal["downstream", "upstream", "both"]
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _TcpParams(_Params):
+    stream: StreamName = Field(
+        default="downstream", description="downstream = server→client, upstream, or both"
+    )
+    toxicity: float = Field(default=1.0, ge=0.0, le=1.0, description="share of connections hit")
+
+
+class LatencyParams(_TcpParams):
+    latency: Duration = Field(description="added to every chunk, e.g. 200ms")
+    jitter: Duration = Field(default=0.0, description="± uniform, e.g. 20ms")
+
+
+class ResetParams(_TcpParams):
+    after: Duration = Field(default=0.0, description="RST this long after the fault starts")
+
+
+class TimeoutParams(_TcpParams):
+    after: Duration = Field(default=0.0, description="close after this long; 0s = hold forever")
+
+
+class BandwidthParams(_TcpParams):
+    rate: int = Field(ge=1, description="KB/s")
+
+
+class SlicerParams(_TcpParams):
+    average_size: int = Field(default=64, ge=1, description="bytes per slice")
+    size_variation: int = Field(default=0, ge=0, description="± bytes")
+    delay: Duration = Field(default=0.001, description="between slices, e.g. 5ms")
+
+
+class LimitDataParams(_TcpParams):
+    bytes: int = Field(ge=0, description="close a connection after this many bytes")
+
+
+class _Limited(_Params):
+    first_n: int = Field(default=0, ge=0, description="only the first N requests/streams; 0 = all")
+    limit_time: Duration = Field(default=0.0, description="stop acting after this long; 0s = never")
+    toxicity: float = Field(default=1.0, ge=0.0, le=1.0, description="share of connections hit")
+
+
+class HttpErrorParams(_Limited):
+    status: int = Field(default=503, ge=400, le=599)
+    retry_after: Duration | None = Field(default=None, description="Retry-After header")
+    body: str = ""
+    content_type: str = "application/json"
+    rate: float = Field(default=1.0, ge=0.0, le=1.0, description="share of requests answered")
+
+
+class HttpLatencyParams(_Limited):
+    latency: Duration = Field(description="added before each request, e.g. 500ms")
+    jitter: Duration = 0.0
+
+
+class StreamCutParams(_Limited):
+    after_events: int = Field(default=0, ge=0, description="SSE events let through first")
+    mode: Literal["reset", "close"] = "reset"
+
+
+class StreamStallParams(_Limited):
+    after_events: int = Field(default=0, ge=0)
+    stall: Duration = Field(default=0.0, description="how long; 0s = until the fault ends")
+
+
+class StreamDripParams(_Limited):
+    interval: Duration = Field(description="one event every interval, e.g. 200ms")
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def _edge(target: Target) -> tuple[str, str]:
+    if target.kind is not TargetKind.EDGE or not target.proxy_api or not target.proxy_name:
+        raise InjectionError(f"{target.name}: not a proxied edge (no proxy_api / proxy_name)")
+    return target.proxy_api, target.proxy_name
+
+
+def _str(data: dict[str, JsonValue], key: str) -> str:
+    return str(data.get(key, ""))
+
+
+class ToxicInjector(Injector):
+    """Base of the toxic-backed injectors: one toxic per stream, removed on revert."""
+
+    toxic_type: ClassVar[str]
+    target_kinds: ClassVar[frozenset[TargetKind]] = EDGE
+
+    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
+        raise NotImplementedError
+
+    @staticmethod
+    def _streams(params: BaseModel) -> list[str]:
+        stream = getattr(params, "stream", "downstream")
+        return ["downstream", "upstream"] if stream == "both" else [str(stream)]
+
+    def toxic_names(self, fault: str, params: BaseModel) -> list[str]:
+        base = f"faultday-{fault}-{self.toxic_type}"
+        streams = self._streams(params)
+        return [base] if len(streams) == 1 else [f"{base}-{s}" for s in streams]
+
+    def prepare(
+        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+    ) -> Revert:
+        api, proxy = _edge(target)
+        names: list[JsonValue] = list(self.toxic_names(fault, params))
+        return Revert(
+            injector=self.name,
+            fault=fault,
+            target=target.name,
+            action="remove_toxics",
+            data={"proxy_api": api, "proxy": proxy, "toxics": names},
+        )
+
+    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
+        api, proxy = _str(revert.data, "proxy_api"), _str(revert.data, "proxy")
+        names = [str(n) for n in revert.data.get("toxics") or []]  # type: ignore[union-attr]
+        attrs = self.attributes(params)
+        toxicity = float(getattr(params, "toxicity", 1.0))
+        with ToxiproxyClient(api, timeout=API_TIMEOUT) as client:
+            for name, stream in zip(names, self._streams(params), strict=True):
+                try:
+                    client.add_toxic(
+                        proxy,
+                        type=self.toxic_type,
+                        name=name,
+                        stream=stream,
+                        toxicity=toxicity,
+                        attributes=attrs,
+                    )
+                except ProxyAPIError as exc:
+                    if exc.status != 409:
+                        raise InjectionError(f"{target.name}: {exc}") from exc
+                    # Left by a harness that died before reverting: same fault, same name.
+                    try:
+                        client.update_toxic(proxy, name, attributes=attrs, toxicity=toxicity)
+                    except ProxyAPIError as exc2:
+                        raise InjectionError(f"{target.name}: {exc2}") from exc2
+        log.info("%s: %s toxic(s) %s on proxy %s", target.name, self.toxic_type, names, proxy)
+
+    def revert(self, ctx: FaultContext, revert: Revert) -> None:
+        api, proxy = _str(revert.data, "proxy_api"), _str(revert.data, "proxy")
+        names = [str(n) for n in revert.data.get("toxics") or []]  # type: ignore[union-attr]
+        with ToxiproxyClient(api, timeout=API_TIMEOUT) as client:
+            for name in names:
+                try:
+                    client.delete_toxic(proxy, name, missing_ok=True)
+                except ProxyAPIError as exc:
+                    if exc.unreachable:
+                        log.info(
+                            "%s: proxy API %s is gone; toxic %s went with it", proxy, api, name
+                        )
+                        continue
+                    raise RevertError(f"{revert.target}: removing toxic {name}: {exc}") from exc
+
+
+class Latency(ToxicInjector):
+    """Add latency (± jitter) to every chunk on a proxied edge."""
+
+    name: ClassVar[str] = "latency"
+    summary: ClassVar[str] = "added latency (± jitter) on an edge, per chunk"
+    toxic_type: ClassVar[str] = "latency"
+    Params: ClassVar[type[BaseModel]] = LatencyParams
+
+    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
+        assert isinstance(params, LatencyParams)
+        return {"latency": _ms(params.latency), "jitter": _ms(params.jitter)}
+
+
+class Reset(ToxicInjector):
+    """Reset (TCP RST) connections on an edge, right away or after a delay."""
+
+    name: ClassVar[str] = "reset"
+    summary: ClassVar[str] = "TCP RST on an edge's connections (ECONNRESET)"
+    toxic_type: ClassVar[str] = "reset_peer"
+    Params: ClassVar[type[BaseModel]] = ResetParams
+
+    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
+        assert isinstance(params, ResetParams)
+        return {"timeout": _ms(params.after)}
+
+
+class Timeout(ToxicInjector):
+    """Black-hole an edge: no data passes; close after ``after`` (0s = never)."""
+
+    name: ClassVar[str] = "timeout"
+    summary: ClassVar[str] = "nothing passes on an edge; optionally closed after a while"
+    toxic_type: ClassVar[str] = "timeout"
+    Params: ClassVar[type[BaseModel]] = TimeoutParams
+
+    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
+        assert isinstance(params, TimeoutParams)
+        return {"timeout": _ms(params.after)}
+
+
+class Bandwidth(ToxicInjector):
+    """Limit an edge's throughput to ``rate`` KB/s."""
+
+    name: ClassVar[str] = "bandwidth"
+    summary: ClassVar[str] = "throughput cap on an edge (KB/s)"
+    toxic_type: ClassVar[str] = "bandwidth"
+    Params: ClassVar[type[BaseModel]] = BandwidthParams
+
+    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
+        assert isinstance(params, BandwidthParams)
+        return {"rate": params.rate}
+
+
+class Slicer(ToxicInjector):
+    """Slice data into small delayed pieces (partial reads, Nagle-like stalls)."""
+
+    name: ClassVar[str] = "slicer"
+    summary: ClassVar[str] = "data in small delayed slices"
+    toxic_type: ClassVar[str] = "slicer"
+    Params: ClassVar[type[BaseModel]] = SlicerParams
+
+    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
+        assert isinstance(params, SlicerParams)
+        return {
+            "average_size": params.average_size,
+            "size_variation": params.size_variation,
+            "delay": round(params.delay * 1e6),
+        }
+
+
+class LimitData(ToxicInjector):
+    """Close each connection after it carried ``bytes`` bytes."""
+
+    name: ClassVar[str] = "limit_data"
+    summary: ClassVar[str] = "connections cut after N bytes"
+    toxic_type: ClassVar[str] = "limit_data"
+    Params: ClassVar[type[BaseModel]] = LimitDataParams
+
+    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
+        assert isinstance(params, LimitDataParams)
+        return {"bytes": params.bytes}
+
+
+def _limits(params: _Limited) -> dict[str, JsonValue]:
+    return {"first_n": params.first_n, "limit_time": _ms(params.limit_time)}
+
+
+class HttpError(ToxicInjector):
+    """Answer requests with status N (and Retry-After) instead of the upstream."""
+
+    name: ClassVar[str] = "http_error"
+    summary: ClassVar[str] = "HTTP status N (+ Retry-After) for a share or the first N requests"
+    toxic_type: ClassVar[str] = "http_error"
+    Params: ClassVar[type[BaseModel]] = HttpErrorParams
+
+    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
+        assert isinstance(params, HttpErrorParams)
+        retry = -1 if params.retry_after is None else round(params.retry_after)
+        return {
+            "status": params.status,
+            "retry_after": retry,
+            "body": params.body,
+            "content_type": params.content_type,
+            "rate": params.rate,
+            **_limits(params),
+        }
+
+
+class HttpLatency(ToxicInjector):
+    """Delay each HTTP request (not each chunk) on a keep-alive edge."""
+
+    name: ClassVar[str] = "http_latency"
+    summary: ClassVar[str] = "latency per HTTP request"
+    toxic_type: ClassVar[str] = "http_latency"
+    Params: ClassVar[type[BaseModel]] = HttpLatencyParams
+
+    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
+        assert isinstance(params, HttpLatencyParams)
+        return {"latency": _ms(params.latency), "jitter": _ms(params.jitter), **_limits(params)}
+
+
+class StreamCut(ToxicInjector):
+    """Cut token streams (SSE) after N events: RST or a clean close."""
+
+    name: ClassVar[str] = "stream_cut"
+    summary: ClassVar[str] = "cut SSE token streams after N events"
+    toxic_type: ClassVar[str] = "stream_cut"
+    Params: ClassVar[type[BaseModel]] = StreamCutParams
+
+    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
+        assert isinstance(params, StreamCutParams)
+        return {"after_events": params.after_events, "mode": params.mode, **_limits(params)}
+
+
+class StreamStall(ToxicInjector):
+    """Hold token streams after N events for a while (or until the fault ends)."""
+
+    name: ClassVar[str] = "stream_stall"
+    summary: ClassVar[str] = "stall SSE token streams after N events"
+    toxic_type: ClassVar[str] = "stream_stall"
+    Params: ClassVar[type[BaseModel]] = StreamStallParams
+
+    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
+        assert isinstance(params, StreamStallParams)
+        return {"after_events": params.after_events, "stall": _ms(params.stall), **_limits(params)}
+
+
+class StreamDrip(ToxicInjector):
+    """Release token stream events one every interval (a slow generator)."""
+
+    name: ClassVar[str] = "stream_drip"
+    summary: ClassVar[str] = "one SSE event every interval"
+    toxic_type: ClassVar[str] = "stream_drip"
+    Params: ClassVar[type[BaseModel]] = StreamDripParams
+
+    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
+        assert isinstance(params, StreamDripParams)
+        return {"interval": _ms(params.interval), **_limits(params)}
+
+
+class Outage(Injector):
+    """Take an edge down: the proxy refuses connections and closes open ones."""
+
+    name: ClassVar[str] = "outage"
+    summary: ClassVar[str] = "edge down (proxy disabled): refused and closed connections"
+    Params: ClassVar[type[BaseModel]] = NoParams
+    target_kinds: ClassVar[frozenset[TargetKind]] = EDGE
+
+    def prepare(
+        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+    ) -> Revert:
+        api, proxy = _edge(target)
+        return Revert(
+            injector=self.name,
+            fault=fault,
+            target=target.name,
+            action="enable_proxy",
+            data={"proxy_api": api, "proxy": proxy},
+        )
+
+    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
+        api, proxy = _str(revert.data, "proxy_api"), _str(revert.data, "proxy")
+        with ToxiproxyClient(api, timeout=API_TIMEOUT) as client:
+            try:
+                client.set_enabled(proxy, False)
+            except ProxyAPIError as exc:
+                raise InjectionError(f"{target.name}: {exc}") from exc
+        log.info("%s: proxy %s disabled", target.name, proxy)
+
+    def revert(self, ctx: FaultContext, revert: Revert) -> None:
+        api, proxy = _str(revert.data, "proxy_api"), _str(revert.data, "proxy")
+        with ToxiproxyClient(api, timeout=API_TIMEOUT) as client:
+            try:
+                client.set_enabled(proxy, True)
+            except ProxyAPIError as exc:
+                if exc.status == 404 or exc.unreachable:
+                    log.info("%s: proxy %s is gone; nothing to re-enable", revert.target, proxy)
+                    return
+                raise RevertError(f"{revert.target}: re-enabling proxy {proxy}: {exc}") from exc
