@@ -250,14 +250,11 @@ class Engine:
         """Cap usable KV blocks; preempt running requests until they fit. Returns preemptions."""
         self.kv.capacity = max(1, min(self.kv.num_blocks, blocks))
         n = 0
-        while self.running and self._held_blocks() > self.kv.capacity:
+        while self.running and self.kv.num_used > self.kv.capacity:
             self._preempt(self.running.pop())
             n += 1
         self._pending_preempted += n
         return n
-
-    def _held_blocks(self) -> int:
-        return sum(1 for r in self.kv.ref if r > 0)
 
     # --- one step -----------------------------------------------------------------------------
     def plan(self, now: float) -> StepPlan:

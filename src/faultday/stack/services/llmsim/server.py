@@ -193,6 +193,8 @@ class LlmSim:
         self._late_ema = 0.0  # how late the event loop's timers fire
         self._publish_at = 0.0
         self._last_write = 0.0
+        self._prompt_total = 0  # for the periodic throughput log line
+        self._gen_total = 0
         self.boot = time.monotonic()
         self._wake = asyncio.Event()
         self._resume = asyncio.Event()
@@ -260,8 +262,7 @@ class LlmSim:
         while True:
             await asyncio.sleep(10.0)
             now = time.monotonic()
-            prompt = self.metrics.prompt_tokens._value.get()
-            gen = self.metrics.generation_tokens._value.get()
+            prompt, gen = self._prompt_total, self._gen_total
             dt = now - last
             p_rate, g_rate = (prompt - last_prompt) / dt, (gen - last_gen) / dt
             last, last_prompt, last_gen = now, prompt, gen
@@ -358,6 +359,8 @@ class LlmSim:
                 lv.done = True
             lv.wake()
         self.metrics.record_step(result, cached_tokens=cached)
+        self._prompt_total += result.num_prompt_tokens
+        self._gen_total += result.num_generation_tokens
         self._record_scheduler()
 
     # --- faults ---------------------------------------------------------------------------------
