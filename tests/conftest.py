@@ -55,3 +55,7 @@ def no_leftovers(tmp_path: Path) -> Iterator[None]:
     for proc in left:
         proc.kill()
     assert not left, f"processes left behind: {[p.pid for p in left]}"
+
+
+# Scenario files used as test data are not themselves test items of this suite.
+collect_ignore_glob = ["engine/data/*", "scenario/broken/*"]

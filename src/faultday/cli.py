@@ -232,6 +232,7 @@ def run(
 
 def _execute(loaded, *, time_scale: float, report_dir: Path, progress: bool | None) -> Journal:  # type: ignore[no-untyped-def]
     from faultday.engine.display import StatusView
+    from faultday.engine.stacks import default_stack_factory
     from faultday.engine.runner import Run, RunOptions
     from faultday.report.render import render_all
 
@@ -251,28 +252,15 @@ def _execute(loaded, *, time_scale: float, report_dir: Path, progress: bool | No
     try:
         if show:
             with Live(view, console=console, refresh_per_second=4, transient=True):
-                journal = the_run.execute(_stack_factory)
+                journal = the_run.execute(default_stack_factory)
         else:
-            journal = the_run.execute(_stack_factory)
+            journal = the_run.execute(default_stack_factory)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
     for err in render_all(journal, Path(journal.run_dir)):
         console.print(f"[red]report error[/] {err}")
     return journal
-
-
-def _stack_factory(the_run):  # type: ignore[no-untyped-def]
-    try:
-        from faultday.stack.profile import load_profile
-        from faultday.stack.stack import Stack
-    except ImportError as exc:
-        raise StackError(f"the stack driver is not installed: {exc}") from exc
-    from faultday.scenario.loader import stack_ref
-
-    spec = the_run.scenario.spec
-    profile = load_profile(stack_ref(spec.stack, the_run.loaded.file), base_dir=the_run.options.base_dir)
-    return Stack(profile, run_dir=the_run.run_dir, ledger=the_run.ledger, policy=spec.policy)
 
 
 def _summarize(journal: Journal) -> None:

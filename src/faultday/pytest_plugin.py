@@ -1,1 +1,221 @@
-"""pytest plugin: collects ``*.scenario.yaml`` files as test items (issue 9)."""
+"""pytest plugin: every ``*.scenario.yaml`` is a test item; fixtures for Python-written scenarios.
+
+Collected through pytest's public non-Python-test hooks (``pytest_collect_file``,
+``pytest.File``, ``pytest.Item``), never by patching private APIs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from faultday.errors import ScenarioError
+from faultday.report.journal import Journal, RunVerdict
+from faultday.scenario.loader import SUFFIX, LoadedScenario, load_scenario
+
+REPORT_KEY = pytest.StashKey[Path]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("faultday", "faultday scenarios")
+    group.addoption("--faultday-stack", default=None, help="override every scenario's spec.stack")
+    group.addoption("--faultday-policy", default=None, help="override every scenario's spec.policy")
+    group.addoption(
+        "--faultday-time-scale", type=float, default=1.0, help="compress scenario time (e.g. 0.1)"
+    )
+    group.addoption("--faultday-report-dir", default="reports", help="where run folders go")
+
+
+def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:
+    if file_path.name.endswith(SUFFIX):
+        return ScenarioFile.from_parent(parent, path=file_path)
+    return None
+
+
+def _resolver(base: Path):  # type: ignore[no-untyped-def]
+    from faultday.cli import _target_resolver
+
+    return _target_resolver(base)
+
+
+class ScenarioFile(pytest.File):
+    """A scenario file: one item, or a collection error naming file:line."""
+
+    def collect(self) -> Iterator[ScenarioItem]:
+        try:
+            loaded = load_scenario(self.path, resolve_targets=_resolver(self.config.invocation_params.dir))
+        except ScenarioError as exc:
+            raise self.CollectError("invalid scenario:\n" + str(exc)) from None
+        item = ScenarioItem.from_parent(self, name=loaded.scenario.name, loaded=loaded)
+        for tag in loaded.scenario.metadata.tags:
+            marker = tag.replace("-", "_")
+            self.config.addinivalue_line("markers", f"{marker}: scenarios tagged {tag}")
+            item.add_marker(marker)
+        yield item
+
+
+class ScenarioFailed(Exception):
+    """Raised by a scenario item whose run did not pass; carries its journal."""
+
+    def __init__(self, journal: Journal) -> None:
+        super().__init__(journal.reason)
+        self.journal = journal
+
+
+class ScenarioItem(pytest.Item):
+    def __init__(self, *, loaded: LoadedScenario, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.loaded = loaded
+
+    def runtest(self) -> None:
+        from faultday.engine.runner import Run, RunOptions
+        from faultday.engine.stacks import default_stack_factory
+        from faultday.report.render import render_all
+
+        opt = self.config.getoption
+        loaded = self.loaded
+        overrides = {k: v for k, v in (("stack", opt("faultday_stack")), ("policy", opt("faultday_policy"))) if v}
+        if overrides:
+            spec = loaded.scenario.spec.model_copy(update=overrides)
+            loaded = LoadedScenario(
+                scenario=loaded.scenario.model_copy(update={"spec": spec}),
+                file=loaded.file, document=loaded.document,
+            )
+        options = RunOptions(
+            time_scale=opt("faultday_time_scale"),
+            report_dir=Path(opt("faultday_report_dir")),
+            base_dir=self.config.invocation_params.dir,
+        )
+        run = Run(loaded, options)
+        journal = run.execute(default_stack_factory)
+        render_all(journal, run.run_dir)
+        self.stash[REPORT_KEY] = run.run_dir
+        self.user_properties.append(("faultday_verdict", str(journal.verdict)))
+        self.user_properties.append(("faultday_run_dir", str(run.run_dir)))
+        if journal.verdict != RunVerdict.PASSED:
+            raise ScenarioFailed(journal)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, ScenarioFailed):
+            return _describe_failure(excinfo.value.journal)
+        return str(super().repr_failure(excinfo, style=style))
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"scenario: {self.name}"
+
+
+def _describe_failure(j: Journal) -> str:
+    lines = [f"{j.verdict.upper()}: {j.reason}"]
+    for c in j.checks:
+        if c.verdict == "passed":
+            continue
+        text = f"  ✗ {c.window}: {c.label}"
+        if c.expected:
+            text += f" expected {c.expected}"
+        if c.observed:
+            text += f", observed {c.observed}"
+        text += f" (n={c.n})"
+        if c.message:
+            text += f" — {c.message}"
+        lines.append(text)
+    lines += [f"  error: {e}" for e in j.errors]
+    report = j.artifacts.get("report.html") or j.artifacts.get("report.md") or "journal.json"
+    lines.append(f"report: {Path(j.run_dir) / report}")
+    return "\n".join(lines)
+
+
+# ---- fixtures for scenarios written in Python ------------------------------------
+
+
+class SessionStack:
+    """One stack for the whole session; components a test left unhealthy are restarted."""
+
+    def __init__(self, stack: Any, run_dir: Path, ledger: Any) -> None:
+        self.stack = stack
+        self.run_dir = run_dir
+        self.ledger = ledger
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stack, name)
+
+    def heal(self) -> list[str]:
+        """Restart every component whose process is gone; return their names."""
+        healed = []
+        info = self.stack.describe()
+        for comp in info.components:
+            if comp.health in ("exited", "stopped"):
+                self.stack.restart(comp.name, timeout=60)
+                healed.append(comp.name)
+        return healed
+
+
+@pytest.fixture(scope="session")
+def faultday_stack(pytestconfig: pytest.Config) -> Iterator[SessionStack]:
+    """The stack named by ``--faultday-stack`` (default ``local``), up for the whole session."""
+    from faultday.engine.ledger import Ledger
+    from faultday.stack.profile import load_profile
+    from faultday.stack.stack import Stack
+
+    base = pytestconfig.invocation_params.dir
+    name = pytestconfig.getoption("faultday_stack") or "local"
+    run_dir = Path(tempfile.mkdtemp(prefix="faultday-stack-", dir=None))
+    ledger = Ledger.in_dir(run_dir)
+    stack = Stack(load_profile(name, base_dir=base), run_dir=run_dir, ledger=ledger, policy=None)
+    stack.up()
+    try:
+        yield SessionStack(stack, run_dir, ledger)
+    finally:
+        stack.down()
+
+
+class _Ctx:
+    """FaultContext over the session stack."""
+
+    def __init__(self, stack: SessionStack) -> None:
+        self._stack = stack
+        self.run_dir = stack.run_dir
+        self.live = True
+
+    def target(self, name: str) -> Any:
+        return self._stack.stack.target(name)
+
+    def restart(self, component: str, *, timeout: float) -> None:
+        self._stack.stack.restart(component, timeout=timeout)
+
+
+@pytest.fixture
+def inject(faultday_stack: SessionStack) -> Iterator[Any]:
+    """``with inject("process_pause", target="ticker"):`` — a fault for the block, always reverted.
+
+    The revert is in the session's ledger before the fault acts, like in a run;
+    components the test left down are restarted after it.
+    """
+    from faultday.injectors.base import injector_registry
+
+    registry = injector_registry()
+
+    @contextlib.contextmanager
+    def _inject(injector: str, *, target: str, name: str = "python", **params: Any) -> Iterator[Any]:
+        inj = registry.get(injector)()
+        parsed = inj.parse(params)
+        ctx = _Ctx(faultday_stack)
+        revert = inj.prepare(ctx, ctx.target(target), parsed, fault=name)
+        faultday_stack.ledger.add_revert(revert)
+        try:
+            inj.inject(ctx, ctx.target(target), parsed, revert)
+            yield revert
+        finally:
+            try:
+                inj.revert(ctx, revert)
+            except Exception as exc:
+                faultday_stack.ledger.revert_done(revert, ok=False, error=str(exc))
+                raise
+            faultday_stack.ledger.revert_done(revert, ok=True)
+
+    yield _inject
+    faultday_stack.heal()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,6 +73,9 @@ class RunOptions:
     run_dir: Path | None = None  # default: <report_dir>/<timestamp>-<scenario>
     on_status: Callable[[Status], None] | None = None
     participants: list[Participant] | None = None  # None = what the scenario asks for
+    # A stack that is already up and outlives this run (game days, the pytest plugin):
+    # the run neither starts nor stops it, but still reverts every fault it made.
+    shared_stack: object | None = None
 
 
 @dataclass(slots=True)
@@ -108,7 +112,8 @@ class Run:
         self.clock = Clock(scale=options.time_scale)
         self.observations = Observations()
         self.plan: Plan = make_plan(self.scenario, time_scale=options.time_scale)
-        self.run_dir = options.run_dir or _new_run_dir(options.report_dir, self.scenario.name)
+        # Absolute, because components get it on their command line and run elsewhere.
+        self.run_dir = (options.run_dir or _new_run_dir(options.report_dir, self.scenario.name)).resolve()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ledger = Ledger.in_dir(self.run_dir)
         self.stack: object | None = None
@@ -196,8 +201,11 @@ class Run:
         """Run every phase; always revert, stop the stack and write the journal."""
         try:
             self._set_phase(Phase.STACK_UP)
-            self.stack = stack_factory(self)
-            self.stack.up()  # type: ignore[attr-defined]
+            if self.options.shared_stack is not None:
+                self.stack = self.options.shared_stack
+            else:
+                self.stack = stack_factory(self)
+                self.stack.up()  # type: ignore[attr-defined]
             self._describe_stack()
             self._start_participants()
             self._set_phase(Phase.WARMUP)
@@ -272,25 +280,34 @@ class Run:
         schedule = self.plan.schedule()
         live = self._live_evaluations()
         next_abort = 0.0
-        while True:
-            now = self.clock.now()
-            if self._stop.is_set():
-                raise _Stopped
-            while schedule and schedule[0][0] <= now:
-                _, action, name = schedule.pop(0)
-                self._do(action, name)
-            while live and (live[0][0] <= now or now >= spec.duration):
-                _, i, check, window = live.pop(0)
-                self._live_results[i] = self._evaluate(check, window)
-            self._update_phase(now)
-            if now >= next_abort:
-                next_abort = now + spec.load.sample_interval
-                self._watch_aborts(now)
-                self._status()
-            if now >= spec.duration and not schedule:
-                break
-            nxt = min(schedule[0][0] if schedule else spec.duration, next_abort)
-            self.clock.sleep_until(nxt, cap=TICK)
+        # Live probes run on their own threads so a slow answer never delays the schedule.
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="live-check") as pool:
+            futures: dict[int, Future[CheckResult]] = {}
+            while True:
+                now = self.clock.now()
+                if self._stop.is_set():
+                    raise _Stopped
+                while live and (live[0][0] <= now or now >= spec.duration):
+                    _, i, check, window = live.pop(0)
+                    futures[i] = pool.submit(self._evaluate, check, window)
+                while schedule and schedule[0][0] <= now:
+                    _, action, name = schedule.pop(0)
+                    self._do(action, name)
+                self._update_phase(now)
+                if now >= next_abort:
+                    next_abort = now + spec.load.sample_interval
+                    self._watch_aborts(now)
+                    self._status()
+                if now >= spec.duration and not schedule and not live:
+                    break
+                nxt = min(
+                    schedule[0][0] if schedule else spec.duration,
+                    live[0][0] if live else spec.duration,
+                    next_abort,
+                )
+                self.clock.sleep_until(nxt, cap=TICK)
+            for i, fut in futures.items():
+                self._live_results[i] = fut.result()
 
     def _update_phase(self, now: float) -> None:
         want = self.plan.phase_at(now)
@@ -397,8 +414,9 @@ class Run:
         out = []
         for i, (_, spec, window) in enumerate(self.plan.evaluations(self.scenario)):
             if spec.check in self.checks and self.checks.get(spec.check).live:
-                # Just before the window closes, while its faults are still in place.
-                out.append((max(window.start, window.end - 0.05), i, spec, window))
+                # Probes are taken mid-window: faults in it have settled and are still in
+                # place, and a slow answer does not run into the revert at the window's end.
+                out.append(((window.start + window.end) / 2, i, spec, window))
         return sorted(out, key=lambda x: (x[0], x[1]))
 
     def _run_checks(self) -> None:
@@ -444,7 +462,7 @@ class Run:
             self._set_phase(Phase.CHECKS)
             self._run_checks()
         self._set_phase(Phase.STACK_DOWN)
-        if self.stack is not None:
+        if self.stack is not None and self.options.shared_stack is None:
             try:
                 self.stack.down()  # type: ignore[attr-defined]
             except Exception as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from typing import ClassVar
 
 import psutil
@@ -31,6 +32,19 @@ def _same_process(pid: int, create_time: float) -> bool:
         return abs(psutil.Process(pid).create_time() - create_time) < 0.01
     except psutil.NoSuchProcess:
         return False
+
+
+def _await_state(pid: int, *, stopped: bool, timeout: float = 2.0) -> bool:
+    """Signals land asynchronously: wait (bounded) until the process shows the state."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if (psutil.Process(pid).status() == psutil.STATUS_STOPPED) == stopped:
+                return True
+        except psutil.NoSuchProcess:
+            return not stopped
+        time.sleep(0.005)
+    return False
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
@@ -115,6 +129,8 @@ class ProcessPause(Injector):
         if not _same_process(pid, created):
             raise InjectionError(f"{target.name}: process {pid} is not running")
         _signal_group(pid, signal.SIGSTOP)
+        if not _await_state(pid, stopped=True):
+            raise InjectionError(f"{target.name}: process {pid} did not stop after SIGSTOP")
         log.info("paused %s (pid %d)", target.name, pid)
 
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
@@ -123,4 +139,5 @@ class ProcessPause(Injector):
             log.info("%s: process %d is gone; nothing to resume", revert.target, pid)
             return
         _signal_group(pid, signal.SIGCONT)
+        _await_state(pid, stopped=False)
         log.info("resumed %s (pid %d)", revert.target, pid)
