@@ -181,11 +181,9 @@ class StackProfile(Strict):
         spec = self.spec.components[component]
         if not spec.eager:
             return self.dependencies(component)
-        deps = set(spec.depends_on)
-        if self.spec.proxy and any(e.src == component for e in self.edges()):
-            deps.add(self.spec.proxy)  # its edges are created through the proxy's API
-        deps.discard(component)
-        return deps
+        # Its edges are created through the proxy's API once the proxy is ready,
+        # while it starts (Stack.up), so not even the proxy holds it back.
+        return set(spec.depends_on) - {component}
 
     def start_order(self) -> list[str]:
         """Components in a dependency-respecting order (validated acyclic at load)."""
@@ -274,7 +272,7 @@ def _check_templates(
     for where, text in texts:
         for key, arg in template_refs(text):
             if arg is None and key not in _PLAIN_KEYS:
-                msg = f"unknown template {{{key}}}{did_you_mean(key, _PLAIN_KEYS | _ARG_KEYS)}"
+                msg = f"unknown template {{{key}}}{did_you_mean(key, set(_PLAIN_KEYS | _ARG_KEYS))}"
                 problems.append(doc.problem(where, msg))
             elif arg is not None and key not in _ARG_KEYS:
                 problems.append(doc.problem(where, f"unknown template {{{key}:{arg}}}"))

@@ -115,6 +115,8 @@ class Stack:
         self.supervisor = Supervisor(ledger=ledger)
         self._plan: _Plan | None = None
         self._edges = {e.name: e for e in profile.edges()}
+        self._t_up = 0.0
+        self._ready_s: dict[str, float] = {}
 
     # -- naming -------------------------------------------------------------------
 
@@ -230,6 +232,8 @@ class Stack:
             edge_ports={e: free_port() for e in self._edges} if self.proxied else {},
         )
         deadline = time.monotonic() + timeout
+        self._t_up = time.monotonic()
+        self._ready_s = {}
         try:
             self._start_all(deadline)
         except BaseException:
@@ -241,8 +245,15 @@ class Stack:
         deps = {c: self.profile.wait_for(c) for c in comps}
         done: set[str] = set()
         running: dict[Future[None], str] = {}
+        proxy = self.profile.spec.proxy
+        # Eager components start before the proxy is up; their edges follow it.
+        late_edges = [e for e in self._edges.values() if self.profile.spec.components[e.src].eager]
         with ThreadPoolExecutor(max_workers=max(1, len(comps)), thread_name_prefix="up") as pool:
             while len(done) < len(comps):
+                if late_edges and self.proxied and proxy in done:
+                    for e in late_edges:
+                        self._create_edge(e)
+                    late_edges = []
                 for c in comps:
                     if c not in done and c not in running.values() and deps[c] <= done:
                         running[pool.submit(self._start_one, c, deadline)] = c
@@ -262,9 +273,11 @@ class Stack:
 
     def _start_one(self, component: str, deadline: float) -> None:
         (self.run_dir / component).mkdir(parents=True, exist_ok=True)
-        self._create_edges(component)
+        if not self.profile.spec.components[component].eager:
+            self._create_edges(component)
         self.supervisor.start(self._launch(component))
         self._wait_ready(component, deadline - time.monotonic())
+        self._ready_s[component] = time.monotonic() - self._t_up
         log.info("%s ready", component)
 
     def _wait_ready(self, component: str, timeout: float) -> None:
@@ -357,6 +370,10 @@ class Stack:
             )
         names = set(self.target_names())
         raise StackError(f"no component or edge {name!r}{did_you_mean(name, names)}")
+
+    def ready_times(self) -> dict[str, float]:
+        """Seconds from the start of ``up`` until each component was ready (for bench/)."""
+        return dict(self._ready_s)
 
     def versions(self) -> dict[str, str]:
         return {c: _version_of(self.profile.ctype(c).name) for c in self.profile.spec.components}

@@ -180,7 +180,7 @@ def _compose(ctx: _Ctx, out: Path) -> list[Path]:
             svc["volumes"] = ["./models:/models:ro"]
         if t == "agent":
             svc["volumes"] = ["./agent.yaml:/etc/faultday/agent.yaml:ro"]
-        deps = sorted(ctx.p.wait_for(c))
+        deps = sorted(ctx.p.dependencies(c))
         if deps:
             svc["depends_on"] = {
                 d: {"condition": "service_healthy" if d in _PROBES_BY(ctx) else "service_started"}

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     log.info("python %s, LIBDIR=%s", sys.version.split()[0], libdir)
     encode = _encoder(a.embedder, a.dim)
 
-    @batch  # type: ignore[misc]
+    @batch  # type: ignore[untyped-decorator]
     def infer(**inputs: Any) -> dict[str, npt.NDArray[np.float32]]:
         raw = inputs[INPUT]
         texts = [

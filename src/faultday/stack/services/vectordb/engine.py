@@ -11,6 +11,7 @@ import shutil
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,7 +121,7 @@ def _condition(raw: dict[str, Any]) -> Any:
 def _conditions(raw: object) -> list[Any] | None:
     if raw is None:
         return None
-    items = raw if isinstance(raw, list) else [raw]
+    items: list[Any] = raw if isinstance(raw, list) else [raw]
     return [_condition(c) for c in items]
 
 
@@ -129,7 +130,8 @@ def to_filter(raw: dict[str, Any] | None) -> Any:
         return None
     if raw.get("min_should") is not None:
         ms = raw["min_should"]
-        min_should = qe.MinShould(_conditions(ms["conditions"]) or [], ms["min_count"])
+        conds = [_condition(c) for c in ms["conditions"]]
+        min_should = qe.MinShould(conds, ms["min_count"])
     else:
         min_should = None
     return qe.Filter(
@@ -164,7 +166,7 @@ def with_payload(raw: object) -> Any:
         if "include" in raw:
             return list(raw["include"])
         if "exclude" in raw:
-            return qe.PayloadSelector.exclude(list(raw["exclude"]))
+            return qe.PayloadSelector.Exclude(list(raw["exclude"]))
     raise ApiError(400, f"unsupported with_payload {raw!r}")
 
 
@@ -270,7 +272,9 @@ class Store:
 
     # -- points ---------------------------------------------------------------------
 
-    def upsert(self, name: str, points: list[tuple[object, object, dict[str, Any] | None]]) -> None:
+    def upsert(
+        self, name: str, points: Sequence[tuple[object, object, dict[str, Any] | None]]
+    ) -> None:
         c = self.resolve(name)
         built = [qe.Point(point_id(i), dense_vector(v, c.size), p) for i, v, p in points]
         c.shard.update(qe.UpdateOperation.upsert_points(built))
