@@ -47,7 +47,7 @@ def remote(front: str) -> Iterator[QdrantClient]:
 
 
 def _points(seed: int) -> list[qm.PointStruct]:
-    rng = random.Random(seed)  # noqa: S311
+    rng = random.Random(seed)
     colours = ["red", "green", "blue"]
     return [
         qm.PointStruct(
@@ -95,7 +95,7 @@ def test_qdrant_client_gets_the_same_answers_as_local_mode(remote: QdrantClient)
             remote.count("same", count_filter=f).count == local.count("same", count_filter=f).count
         )
 
-    rng = random.Random(99)  # noqa: S311
+    rng = random.Random(99)
     for _ in range(5):
         q = [rng.uniform(-1, 1) for _ in range(DIM)]
         for f in (None, red, ranged):

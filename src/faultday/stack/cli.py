@@ -217,7 +217,7 @@ def render(
     profile: ProfileOpt = "local",
 ) -> None:
     """Write the profile as a docker compose file or Kubernetes manifests."""
-    from faultday.stack.render import render_profile  # noqa: PLC0415 - only this command needs it
+    from faultday.stack.render import render_profile
 
     try:
         written = render_profile(load_profile(profile, base_dir=Path.cwd()), driver=driver, out=out)

@@ -119,7 +119,7 @@ class _Ctx:
         return argv
 
     def _render_arg(self, c: str, text: str, *, k8s: bool) -> str:
-        from faultday.stack.profile import TEMPLATE_RE  # noqa: PLC0415 - avoid a cycle
+        from faultday.stack.profile import TEMPLATE_RE
 
         def sub(m: Any) -> str:  # noqa: PLR0911 - one branch per template key
             key, arg = m.group(1), m.group(2)

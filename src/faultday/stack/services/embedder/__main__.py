@@ -32,7 +32,7 @@ def _encoder(kind: str, dim: int) -> Callable[[list[str]], npt.NDArray[np.float3
         return lambda texts: embed(texts, dim)
     if kind == "minilm":
         try:
-            from sentence_transformers import (  # type: ignore[import-not-found]  # noqa: PLC0415
+            from sentence_transformers import (  # type: ignore[import-not-found]
                 SentenceTransformer,
             )
         except ImportError as exc:
@@ -78,9 +78,9 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     # PyTriton is imported late: its import is slow and needs numpy<2.
-    from pytriton.decorators import batch  # noqa: PLC0415
-    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor  # noqa: PLC0415
-    from pytriton.triton import Triton, TritonConfig  # noqa: PLC0415
+    from pytriton.decorators import batch
+    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+    from pytriton.triton import Triton, TritonConfig
 
     libdir = sysconfig.get_config_var("LIBDIR")
     log.info("python %s, LIBDIR=%s", sys.version.split()[0], libdir)
