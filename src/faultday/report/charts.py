@@ -17,6 +17,9 @@ from faultday.report.view import Chart
 
 FAULT_COLOURS = ("#e4572e", "#f3a712", "#a23b72", "#2e86ab", "#6a4c93", "#3bb273")
 _PROLOGUE = re.compile(r"^.*?(?=<svg)", re.S)
+_ID = re.compile(r'\b(id)="([^"]+)"')
+_URL_REF = re.compile(r"url\(#([^)]+)\)")
+_HREF = re.compile(r'((?:xlink:)?href)="#([^"]+)"')
 
 
 def _fault_spans(journal: Journal) -> list[tuple[str, float, float, bool]]:
@@ -66,7 +69,15 @@ def _svg(fig: Figure, salt: str) -> str:
     # Text as text (small, selectable); a salt per chart keeps element ids unique in one page.
     with mpl.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
         FigureCanvasSVG(fig).print_svg(buf)
-    return _PROLOGUE.sub("", buf.getvalue(), count=1).strip()
+    return _prefix_ids(_PROLOGUE.sub("", buf.getvalue(), count=1).strip(), salt)
+
+
+def _prefix_ids(svg: str, prefix: str) -> str:
+    """Make every element id (and reference to one) unique to this chart within a page."""
+    p = re.sub(r"[^A-Za-z0-9_-]", "-", prefix)
+    svg = _ID.sub(lambda m: f'{m.group(1)}="{p}-{m.group(2)}"', svg)
+    svg = _URL_REF.sub(lambda m: f"url(#{p}-{m.group(1)})", svg)
+    return _HREF.sub(lambda m: f'{m.group(1)}="#{p}-{m.group(2)}"', svg)
 
 
 def _plot(ax: Axes, s: Series, label: str, *, scale: float = 1.0, **kw: object) -> None:

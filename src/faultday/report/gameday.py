@@ -78,7 +78,7 @@ class GameDayCheck(_M):
 
     @property
     def key(self) -> str:
-        return f"{self.section}|{self.label}"
+        return f"{self.section}|{self.window}|{self.label}"
 
 
 class GameDayScenario(_M):
@@ -185,6 +185,7 @@ class CheckTrend:
     scenario: str
     label: str
     section: str
+    window: str
     before: str
     after: str
     observed_before: str
@@ -250,11 +251,11 @@ def trends(previous: GameDay | None, current: GameDay) -> tuple[list[ScenarioTre
         for c in s.checks:
             b = before.get(c.key)
             if b is None:
-                ct.append(CheckTrend(s.name, c.label, c.section, "—", c.verdict, "", c.observed,
-                                     Trend.NEW))
+                ct.append(CheckTrend(s.name, c.label, c.section, c.window, "—", c.verdict, "",
+                                     c.observed, Trend.NEW))
                 continue
-            ct.append(CheckTrend(s.name, c.label, c.section, b.verdict, c.verdict, b.observed,
-                                 c.observed, _direction(b.verdict, c.verdict)))
+            ct.append(CheckTrend(s.name, c.label, c.section, c.window, b.verdict, c.verdict,
+                                 b.observed, c.observed, _direction(b.verdict, c.verdict)))
     return st, ct
 
 

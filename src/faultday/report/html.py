@@ -33,7 +33,8 @@ def pct(value: float | None) -> str:
 def md_inline(value: object) -> str:
     """Text for one Markdown table cell or line: no raw HTML, no table breaks, one line."""
     text = str(value)
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    # "<" is all it takes to open a tag in renderers that pass HTML through; "->" stays readable.
+    text = text.replace("<", "&lt;")
     return re.sub(r"\s*\n\s*", " ", text).replace("|", "\\|")
 
 

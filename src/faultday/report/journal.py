@@ -98,7 +98,7 @@ class Journal(_M):
     artifacts: dict[str, str] = Field(default_factory=dict, description="name → file in run dir")
 
     def write(self, run_dir: Path) -> Path:
-        """Write atomically (temp file + rename), so a killed harness never leaves half a journal."""
+        """Write atomically (temp file + rename): a killed harness never leaves half a journal."""
         path = run_dir / JOURNAL_NAME
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(self.model_dump_json(indent=2))

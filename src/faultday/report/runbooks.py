@@ -9,6 +9,7 @@ drivers differ in their commands and agree in their structure.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -437,13 +438,26 @@ def markdown_html(text: str) -> str:
     return str(md.render(text))
 
 
+def _outside_fences(markdown: str) -> list[tuple[str, bool]]:
+    """Each line with whether it is Markdown (True) or inside a fenced code block (False)."""
+    out, fence = [], ""
+    for line in markdown.splitlines():
+        m = re.match(r"^(`{3,}|~{3,})", line)
+        if m and (not fence or m.group(1).startswith(fence)):
+            fence = "" if fence else m.group(1)
+            out.append((line, False))
+            continue
+        out.append((line, not fence))
+    return out
+
+
 def sections(markdown: str) -> dict[str, str]:
     """Level-2 sections of a Markdown document: heading → body."""
     out: dict[str, str] = {}
     current: str | None = None
     lines: list[str] = []
-    for line in markdown.splitlines():
-        if line.startswith("## "):
+    for line, prose in _outside_fences(markdown):
+        if prose and line.startswith("## "):
             if current is not None:
                 out[current] = "\n".join(lines).strip()
             current, lines = line[3:].strip(), []
@@ -455,7 +469,7 @@ def sections(markdown: str) -> dict[str, str]:
 
 
 def headings(markdown: str) -> list[str]:
-    return [ln.strip() for ln in markdown.splitlines() if ln.startswith("#")]
+    return [ln.strip() for ln, prose in _outside_fences(markdown) if prose and ln.startswith("#")]
 
 
 @dataclass(frozen=True, slots=True)
