@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FAULTDAY = [sys.executable, "-m", "faultday.cli"]
 
 
-def faultday(*args: str, timeout: float = 120, cwd: Path = ROOT, **kw: object) -> subprocess.CompletedProcess[str]:
+def faultday(
+    *args: str, timeout: float = 120, cwd: Path = ROOT, **kw: object
+) -> subprocess.CompletedProcess[str]:
     """Run the real ``faultday`` command; return its completed process."""
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     return subprocess.run(

@@ -84,12 +84,16 @@ def _add_optional_apps() -> None:
 
 def _setup_logging(verbose: int) -> None:
     level = logging.WARNING - 10 * verbose
-    logging.basicConfig(level=max(level, logging.DEBUG), format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=max(level, logging.DEBUG), format="%(levelname)s %(name)s: %(message)s"
+    )
 
 
 @app.callback()
 def _root(
-    verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="More log output.")] = 0,
+    verbose: Annotated[
+        int, typer.Option("-v", "--verbose", count=True, help="More log output.")
+    ] = 0,
 ) -> None:
     _setup_logging(verbose)
 
@@ -150,7 +154,9 @@ def validate(
 
 @app.command()
 def schema(
-    out_file: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="Write here instead of stdout.")
+    ] = None,
 ) -> None:
     """Print the JSON Schema of the scenario format."""
     from faultday.scenario.schema import schema_text
@@ -190,16 +196,20 @@ def _plugin_table(infos: list, kind: str) -> None:  # type: ignore[type-arg]
 def run(
     scenario: Annotated[Path, typer.Argument(help="A *.scenario.yaml file.")],
     time_scale: Annotated[
-        float, typer.Option("--time-scale", min=0.001, max=100.0, help="Compress every scenario time.")
+        float,
+        typer.Option("--time-scale", min=0.001, max=100.0, help="Compress every scenario time."),
     ] = 1.0,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; start nothing.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the plan; start nothing.")
+    ] = False,
     report_dir: Annotated[Path, typer.Option("--report-dir", help="Where run folders go.")] = Path(
         "reports"
     ),
     stack: Annotated[str | None, typer.Option("--stack", help="Override spec.stack.")] = None,
     policy: Annotated[str | None, typer.Option("--policy", help="Override spec.policy.")] = None,
     progress: Annotated[
-        bool | None, typer.Option("--progress/--no-progress", help="Live display (default: on a TTY).")
+        bool | None,
+        typer.Option("--progress/--no-progress", help="Live display (default: on a TTY)."),
     ] = None,
 ) -> None:
     """Run one scenario and write its journal and reports."""
@@ -219,11 +229,13 @@ def run(
     if dry_run:
         from faultday.engine.dryrun import render_plan
 
-        out.print(render_plan(
+        out.print(
+            render_plan(
                 make_plan(loaded.scenario, time_scale=time_scale),
                 base_dir=Path.cwd(),
                 scenario_file=loaded.file,
-            ))
+            )
+        )
         return
     journal = _execute(loaded, time_scale=time_scale, report_dir=report_dir, progress=progress)
     _summarize(journal)
@@ -232,8 +244,8 @@ def run(
 
 def _execute(loaded, *, time_scale: float, report_dir: Path, progress: bool | None) -> Journal:  # type: ignore[no-untyped-def]
     from faultday.engine.display import StatusView
-    from faultday.engine.stacks import default_stack_factory
     from faultday.engine.runner import Run, RunOptions
+    from faultday.engine.stacks import default_stack_factory
     from faultday.report.render import render_all
 
     view = StatusView(loaded.scenario)
@@ -278,7 +290,7 @@ def _summarize(journal: Journal) -> None:
             console.print(f"  [red]✗[/] {line}", soft_wrap=True)
     passed = sum(1 for c in journal.checks if c.verdict == "passed")
     console.print(
-        f"[bold {colour}]{journal.verdict.upper()}[/] {journal.scenario.get('metadata', {}).get('name', '')}"  # type: ignore[union-attr]
+        f"[bold {colour}]{journal.verdict.upper()}[/] {Path(journal.run_dir).name}"
         f" — {journal.reason} ({passed}/{len(journal.checks)} checks passed)"
     )
     report = Path(journal.run_dir) / journal.artifacts.get("report.html", "journal.json")
@@ -292,7 +304,8 @@ def recover(
     ] = None,
     report_dir: Annotated[Path, typer.Option("--report-dir")] = Path("reports"),
     keep_processes: Annotated[
-        bool, typer.Option("--keep-processes", help="Revert faults but leave stack processes running.")
+        bool,
+        typer.Option("--keep-processes", help="Revert faults but leave stack processes running."),
     ] = False,
 ) -> None:
     """Undo every fault still outstanding after a crashed harness; stop its processes."""

@@ -12,7 +12,8 @@ UNITS_HINT = "a number with a unit: us, ms, s, m or h (e.g. 250ms, 30s, 2m)"
 def parse_duration(text: str) -> float:
     """Return seconds for a duration string; raise ValueError naming what would be valid."""
     if isinstance(text, bool) or not isinstance(text, str):
-        raise ValueError(f"expected a duration string, {UNITS_HINT}; got {text!r}")
+        # ValueError, not TypeError: pydantic turns only ValueError into a validation error.
+        raise ValueError(f"expected a duration string, {UNITS_HINT}; got {text!r}")  # noqa: TRY004
     match = _RE.match(text)
     if match is None:
         raise ValueError(f"{text!r} is not a duration; expected {UNITS_HINT}")

@@ -48,7 +48,9 @@ class ScenarioFile(pytest.File):
 
     def collect(self) -> Iterator[ScenarioItem]:
         try:
-            loaded = load_scenario(self.path, resolve_targets=_resolver(self.config.invocation_params.dir))
+            loaded = load_scenario(
+                self.path, resolve_targets=_resolver(self.config.invocation_params.dir)
+            )
         except ScenarioError as exc:
             raise self.CollectError("invalid scenario:\n" + str(exc)) from None
         item = ScenarioItem.from_parent(self, name=loaded.scenario.name, loaded=loaded)
@@ -79,12 +81,17 @@ class ScenarioItem(pytest.Item):
 
         opt = self.config.getoption
         loaded = self.loaded
-        overrides = {k: v for k, v in (("stack", opt("faultday_stack")), ("policy", opt("faultday_policy"))) if v}
+        overrides = {
+            k: v
+            for k, v in (("stack", opt("faultday_stack")), ("policy", opt("faultday_policy")))
+            if v
+        }
         if overrides:
             spec = loaded.scenario.spec.model_copy(update=overrides)
             loaded = LoadedScenario(
                 scenario=loaded.scenario.model_copy(update={"spec": spec}),
-                file=loaded.file, document=loaded.document,
+                file=loaded.file,
+                document=loaded.document,
             )
         options = RunOptions(
             time_scale=opt("faultday_time_scale"),
@@ -200,7 +207,9 @@ def inject(faultday_stack: SessionStack) -> Iterator[Any]:
     registry = injector_registry()
 
     @contextlib.contextmanager
-    def _inject(injector: str, *, target: str, name: str = "python", **params: Any) -> Iterator[Any]:
+    def _inject(
+        injector: str, *, target: str, name: str = "python", **params: Any
+    ) -> Iterator[Any]:
         inj = registry.get(injector)()
         parsed = inj.parse(params)
         ctx = _Ctx(faultday_stack)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tests.conftest import FAULTDAY, ROOT, faultday, processes_mentioning
 
 from faultday.engine.ledger import Ledger
 from faultday.engine.recover import recover_run
 from faultday.injectors.base import Revert
-from tests.conftest import FAULTDAY, ROOT, faultday, processes_mentioning
 
 DATA = Path(__file__).parent / "data"
 
@@ -35,7 +35,9 @@ def _start_run(tmp_path: Path, scenario: str) -> tuple[subprocess.Popen[bytes], 
     report = tmp_path / "r"
     proc = subprocess.Popen(
         [*FAULTDAY, "run", str(DATA / scenario), "--report-dir", str(report), "--no-progress"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     run_dir = _wait(lambda: next(iter(report.glob("*/ledger.jsonl")), None), 30, "a ledger").parent
     return proc, run_dir
@@ -121,7 +123,9 @@ def test_reverts_run_lifo_and_a_failing_one_does_not_stop_the_others(tmp_path: P
             data = {"pid": p.pid, "create_time": psutil.Process(p.pid).create_time()}
             if i == 1:
                 data["create_time"] = "not a number"  # this revert will fail
-            rev = Revert(injector="process_pause", fault=f"f{i}", target=f"p{i}", action="sigcont", data=data)
+            rev = Revert(
+                injector="process_pause", fault=f"f{i}", target=f"p{i}", action="sigcont", data=data
+            )
             ledger.add_revert(rev)
             reverts.append(rev)
         result = recover_run(tmp_path, stop_processes=False)

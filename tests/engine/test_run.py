@@ -8,7 +8,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from tests.conftest import faultday
 
 DATA = Path(__file__).parent / "data"
@@ -43,8 +42,16 @@ def test_run_injects_and_reverts_on_schedule(tmp_path: Path) -> None:
     assert j["verdict"] == "passed"
     phases = [e["message"] for e in _events(j, "phase")]
     assert phases == [
-        "stack-up", "warm-up", "baseline", "faults", "recovery", "steady-state",
-        "revert", "checks", "stack-down", "done",
+        "stack-up",
+        "warm-up",
+        "baseline",
+        "faults",
+        "recovery",
+        "steady-state",
+        "revert",
+        "checks",
+        "stack-down",
+        "done",
     ]
     inj = {e["fault"]: e["t"] for e in _events(j, "fault.injected")}
     rev = {e["fault"]: e["t"] for e in _events(j, "fault.reverted")}
@@ -84,7 +91,14 @@ def test_a_paused_component_fails_its_live_check_during_the_fault(tmp_path: Path
 @pytest.mark.usefixtures("no_leftovers")
 def test_time_scale_compresses_wall_time_not_windows(tmp_path: Path) -> None:
     t0 = time.monotonic()
-    r = faultday("run", str(DATA / "pause.scenario.yaml"), "--report-dir", str(tmp_path), "--time-scale", "0.25")
+    r = faultday(
+        "run",
+        str(DATA / "pause.scenario.yaml"),
+        "--report-dir",
+        str(tmp_path),
+        "--time-scale",
+        "0.25",
+    )
     wall = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
     j = _journal(tmp_path)
@@ -103,14 +117,27 @@ def test_time_scale_compresses_wall_time_not_windows(tmp_path: Path) -> None:
 
 def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
     before = {p.pid for p in psutil.process_iter()}
-    r = faultday("run", str(DATA / "pause.scenario.yaml"), "--dry-run", "--report-dir", str(tmp_path / "r"))
+    r = faultday(
+        "run", str(DATA / "pause.scenario.yaml"), "--dry-run", "--report-dir", str(tmp_path / "r")
+    )
     assert r.returncode == 0, r.stderr
-    for text in ("freeze", "process_pause", "ticker", "1s", "4s", "health", "baseline", "after recovery"):
+    for text in (
+        "freeze",
+        "process_pause",
+        "ticker",
+        "1s",
+        "4s",
+        "health",
+        "baseline",
+        "after recovery",
+    ):
         assert text in r.stdout
     assert "nothing was started or changed" in r.stdout
     assert not (tmp_path / "r").exists()
     new = {p.pid for p in psutil.process_iter()} - before
-    assert not [p for p in new if psutil.pid_exists(p) and "ticker" in " ".join(psutil.Process(p).cmdline())]
+    assert not [
+        p for p in new if psutil.pid_exists(p) and "ticker" in " ".join(psutil.Process(p).cmdline())
+    ]
 
 
 @pytest.mark.usefixtures("no_leftovers")

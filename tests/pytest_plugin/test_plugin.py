@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
-
 from tests.conftest import ROOT
 
 pytest_plugins = ["pytester"]
@@ -29,7 +27,10 @@ def test_a_scenario_is_an_item_with_its_tags_as_markers(suite: pytest.Pytester) 
 def test_a_passing_scenario_passes_and_lands_in_junit(suite: pytest.Pytester) -> None:
     junit = suite.path / "junit.xml"
     result = suite.runpytest(
-        "--faultday-time-scale", "0.25", "--faultday-report-dir", str(suite.path / "reports"),
+        "--faultday-time-scale",
+        "0.25",
+        "--faultday-report-dir",
+        str(suite.path / "reports"),
         f"--junitxml={junit}",
     )
     result.assert_outcomes(passed=1)
@@ -45,15 +46,23 @@ def test_a_failing_scenario_shows_its_failed_checks_and_report(suite: pytest.Pyt
     (suite.path / "pause.scenario.yaml").write_text(text)
     result = suite.runpytest("--faultday-report-dir", str(suite.path / "r"))
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*FAILED: 1 of 3 checks did not pass*",
-        "*✗ during freeze-web: health web expected / → 200, observed no answer*",
-        f"*report: {suite.path / 'r'}*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*FAILED: 1 of 3 checks did not pass*",
+            "*✗ during freeze-web: health web expected / → 200, observed no answer*",
+            f"*report: {suite.path / 'r'}*",
+        ]
+    )
 
 
-def test_an_invalid_scenario_is_a_collection_error_with_file_and_line(suite: pytest.Pytester) -> None:
-    text = (DATA / "pause.scenario.yaml").read_text().replace("process_pause, target: ticker", "process_paus, target: ticker")
+def test_an_invalid_scenario_is_a_collection_error_with_file_and_line(
+    suite: pytest.Pytester,
+) -> None:
+    text = (
+        (DATA / "pause.scenario.yaml")
+        .read_text()
+        .replace("process_pause, target: ticker", "process_paus, target: ticker")
+    )
     (suite.path / "bad.scenario.yaml").write_text(text)
     result = suite.runpytest("--collect-only")
     result.stdout.fnmatch_lines(["*ERROR collecting bad.scenario.yaml*"])

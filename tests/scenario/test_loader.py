@@ -1,4 +1,4 @@
-"""The loader: every problem at once, each with file:line:col and its YAML path; never a traceback."""
+"""The loader: every problem at once, with file:line:col and YAML path; never a traceback."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from tests.conftest import ROOT, faultday
 
 from faultday.cli import _target_resolver
 from faultday.errors import ScenarioError
 from faultday.scenario.loader import load_scenario
 from faultday.scenario.schema import scenario_schema
-from tests.conftest import ROOT, faultday
 
 BROKEN = sorted((Path(__file__).parent / "broken").glob("*.scenario.yaml"))
 
@@ -28,7 +28,9 @@ def test_the_corpus_is_large_enough() -> None:
     assert len(BROKEN) >= 30
 
 
-@pytest.mark.parametrize("path", BROKEN, ids=[p.name.removesuffix(".scenario.yaml") for p in BROKEN])
+@pytest.mark.parametrize(
+    "path", BROKEN, ids=[p.name.removesuffix(".scenario.yaml") for p in BROKEN]
+)
 def test_each_broken_scenario_names_its_problem(path: Path) -> None:
     line, col, message = _expectation(path)
     with pytest.raises(ScenarioError) as info:
@@ -52,8 +54,12 @@ def test_validate_reports_every_file_with_exit_2_and_no_traceback() -> None:
 
 def test_all_problems_are_reported_in_one_pass(tmp_path: Path) -> None:
     text = (Path(__file__).parent / "broken" / "unknown-target.scenario.yaml").read_text()
-    text = text.replace("duration: 20s", "duration: 20").replace("check: health, target: web}\n  faults", "check: helth}\n  faults")
-    text = text.replace("../../engine/data/procs.stack.yaml", str(ROOT / "tests/engine/data/procs.stack.yaml"))
+    text = text.replace("duration: 20s", "duration: 20").replace(
+        "check: health, target: web}\n  faults", "check: helth}\n  faults"
+    )
+    text = text.replace(
+        "../../engine/data/procs.stack.yaml", str(ROOT / "tests/engine/data/procs.stack.yaml")
+    )
     path = tmp_path / "many.scenario.yaml"
     path.write_text(text)
     with pytest.raises(ScenarioError) as info:
@@ -88,6 +94,8 @@ def test_schema_accepts_the_engine_scenarios_and_rejects_unknown_keys() -> None:
     schema = scenario_schema()
     for path in (ROOT / "tests" / "engine" / "data").glob("*.scenario.yaml"):
         jsonschema.validate(yaml.safe_load(path.read_text()), schema)
-    bad = yaml.safe_load((ROOT / "tests/scenario/broken/unknown-spec-key.scenario.yaml").read_text())
+    bad = yaml.safe_load(
+        (ROOT / "tests/scenario/broken/unknown-spec-key.scenario.yaml").read_text()
+    )
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)

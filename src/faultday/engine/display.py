@@ -32,7 +32,9 @@ class StatusView:
             return
         table.add_row("phase", str(s.phase))
         elapsed = max(0.0, min(s.t, s.duration))
-        table.add_row("time", f"{elapsed:5.1f}s of {s.duration:g}s  ({s.duration - elapsed:.1f}s left)")
+        table.add_row(
+            "time", f"{elapsed:5.1f}s of {s.duration:g}s  ({s.duration - elapsed:.1f}s left)"
+        )
         table.add_row("", ProgressBar(total=s.duration or 1, completed=elapsed, width=40))
         table.add_row("faults", ", ".join(s.active_faults) or "none active")
         rate = f"{s.errors / s.requests:.1%}" if s.requests else "–"

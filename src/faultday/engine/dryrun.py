@@ -26,7 +26,8 @@ def render_plan(plan: Plan, *, base_dir: Path, scenario_file: Path) -> Group:
     spec = sc.spec
     parts: list[Table | Text] = [
         Text.assemble(
-            ("dry run ", "bold"), (sc.name, "bold cyan"),
+            ("dry run ", "bold"),
+            (sc.name, "bold cyan"),
             f": stack {spec.stack}, {format_duration(spec.duration)} "
             f"(+{format_duration(spec.warmup)} warm-up), time scale {plan.time_scale:g}, "
             f"load {spec.load.workload} × {spec.load.users} users ({spec.load.shape})",
@@ -35,18 +36,33 @@ def render_plan(plan: Plan, *, base_dir: Path, scenario_file: Path) -> Group:
     components = _components(stack_ref(spec.stack, scenario_file), base_dir)
     if components:
         parts.append(Text(f"components: {', '.join(components)}"))
-    faults = Table("fault", "inject", "target", "from", "until", "with", title="faults", title_justify="left")
+    faults = Table(
+        "fault", "inject", "target", "from", "until", "with", title="faults", title_justify="left"
+    )
     for f in spec.faults:
         until = _t(f.end, plan.time_scale) if f.duration is not None else "one-shot"
         params = ", ".join(f"{k}={v}" for k, v in f.with_.items()) or "–"
         faults.add_row(f.name, f.inject, f.target, _t(f.at, plan.time_scale), until, params)
     parts.append(faults)
-    checks = Table("section", "check", "window", "from", "until", "params", title="checks", title_justify="left")
+    checks = Table(
+        "section",
+        "check",
+        "window",
+        "from",
+        "until",
+        "params",
+        title="checks",
+        title_justify="left",
+    )
     for section, check, window in plan.evaluations(sc):
         params = ", ".join(f"{k}={v}" for k, v in check.params.items()) or "–"
         checks.add_row(
-            section, check.check, window.label, _t(window.start, plan.time_scale),
-            _t(window.end, plan.time_scale), params,
+            section,
+            check.check,
+            window.label,
+            _t(window.start, plan.time_scale),
+            _t(window.end, plan.time_scale),
+            params,
         )
     for check in spec.abort:
         span = format_duration(check.for_) if check.for_ else "one sample"

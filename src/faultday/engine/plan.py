@@ -76,9 +76,16 @@ def make_plan(scenario: Scenario, *, time_scale: float) -> Plan:
         last = max(f.end for f in spec.faults)
         windows.append(Window(WindowKind.BASELINE, "baseline", 0.0, first))
         windows.append(
-            Window(WindowKind.RECOVERED, "after recovery", min(spec.duration, last + spec.recovery), spec.duration)
+            Window(
+                WindowKind.RECOVERED,
+                "after recovery",
+                min(spec.duration, last + spec.recovery),
+                spec.duration,
+            )
         )
         for f in spec.faults:
             windows.append(Window(WindowKind.FAULT, f"during {f.name}", f.at, f.end, fault=f.name))
-            windows.append(Window(WindowKind.AFTER, f"after {f.name}", f.end, spec.duration, fault=f.name))
+            windows.append(
+                Window(WindowKind.AFTER, f"after {f.name}", f.end, spec.duration, fault=f.name)
+            )
     return Plan(scenario=scenario, time_scale=time_scale, windows=tuple(windows))

@@ -1,4 +1,4 @@
-"""``faultday recover``: replay every outstanding revert of a crashed run, then stop its processes."""
+"""``faultday recover``: replay a crashed run's outstanding reverts, then stop its processes."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def recover_run(run_dir: Path, *, stop_processes: bool = True) -> RecoverResult:
             ledger.revert_done(revert, ok=False, error=str(exc))
             result.failed += 1
             result.messages.append(f"FAILED to revert {what}: {exc}")
-            log.error("revert failed: %s: %s", what, exc)
+            log.exception("revert failed: %s", what)
             continue
         ledger.revert_done(revert, ok=True)
         result.reverted += 1

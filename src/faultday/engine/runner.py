@@ -1,12 +1,12 @@
-"""The run engine: stack up → warm-up → baseline → faults → recovery → steady state → revert → down."""
+"""The run engine: stack up → warm-up → baseline → faults → recovery → steady → revert → down."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -113,7 +113,9 @@ class Run:
         self.observations = Observations()
         self.plan: Plan = make_plan(self.scenario, time_scale=options.time_scale)
         # Absolute, because components get it on their command line and run elsewhere.
-        self.run_dir = (options.run_dir or _new_run_dir(options.report_dir, self.scenario.name)).resolve()
+        self.run_dir = (
+            options.run_dir or _new_run_dir(options.report_dir, self.scenario.name)
+        ).resolve()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ledger = Ledger.in_dir(self.run_dir)
         self.stack: object | None = None
@@ -121,7 +123,11 @@ class Run:
         self.active: dict[str, _ActiveFault] = {}
         self.fault_log: dict[str, JournalFault] = {
             f.name: JournalFault(
-                name=f.name, inject=f.inject, target=f.target, at=f.at, duration=f.duration,
+                name=f.name,
+                inject=f.inject,
+                target=f.target,
+                at=f.at,
+                duration=f.duration,
                 params=dict(f.with_),
             )
             for f in self.scenario.spec.faults
@@ -162,7 +168,7 @@ class Run:
 
     # ---- RunView for participants -------------------------------------------------
     def endpoints(self) -> dict[str, str]:
-        return self.stack.endpoints() if self.stack is not None else {}  # type: ignore[attr-defined,no-any-return]
+        return self.stack.endpoints() if self.stack is not None else {}  # type: ignore[attr-defined]
 
     def target(self, name: str) -> Target:
         if self.stack is None:
@@ -238,7 +244,9 @@ class Run:
         self.options.on_status(
             Status(
                 phase=self.phase,
-                t=self.clock.now() if self.phase not in (Phase.SETUP, Phase.STACK_UP, Phase.WARMUP) else 0.0,
+                t=self.clock.now()
+                if self.phase not in (Phase.SETUP, Phase.STACK_UP, Phase.WARMUP)
+                else 0.0,
                 duration=self.scenario.spec.duration,
                 active_faults=tuple(self.active),
                 requests=len(reqs),
@@ -252,16 +260,18 @@ class Run:
         try:
             if describe is not None:
                 info = describe()
-                dump = info.model_dump(mode="json") if isinstance(info, BaseModel) else _jsonable(info)
+                dump = (
+                    info.model_dump(mode="json") if isinstance(info, BaseModel) else _jsonable(info)
+                )
                 self.journal.stack = dump if isinstance(dump, dict) else {"info": dump}
             if versions is not None:
                 self.journal.components = dict(versions())
-        except Exception as exc:  # the description is for the report; the run goes on
+        except Exception as exc:  # noqa: BLE001 - for the report only; logged and journaled
             self.error(f"could not describe the stack: {exc}")
 
     def _start_participants(self) -> None:
         for p in self.participants:
-            p.start(self)  # type: ignore[arg-type]
+            p.start(self)
             self._started_participants.append(p)
 
     def _warmup(self) -> None:
@@ -335,12 +345,17 @@ class Run:
             entry.error = str(exc)
             self.event("fault.inject_failed", str(exc), fault=fault.name, target=fault.target)
             self._revert_one(_ActiveFault(fault, injector, params, revert, self.clock.now()))
-            raise InjectionError(f"fault {fault.name!r} ({fault.inject} on {fault.target}): {exc}") from exc
+            raise InjectionError(
+                f"fault {fault.name!r} ({fault.inject} on {fault.target}): {exc}"
+            ) from exc
         now = self.clock.now()
         entry.injected_at = round(now, 4)
         self.event(
-            "fault.injected", f"{fault.inject} on {fault.target}", fault=fault.name,
-            target=fault.target, injector=fault.inject,
+            "fault.injected",
+            f"{fault.inject} on {fault.target}",
+            fault=fault.name,
+            target=fault.target,
+            injector=fault.inject,
         )
         active = _ActiveFault(fault, injector, params, revert, now)
         if fault.duration is None or injector.one_shot:
@@ -353,7 +368,7 @@ class Run:
         entry = self.fault_log[active.fault.name]
         try:
             active.injector.revert(ctx, active.revert)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - journaled; the other reverts still run
             self.ledger.revert_done(active.revert, ok=False, error=str(exc))
             entry.revert_ok = False
             entry.error = entry.error or f"revert failed: {exc}"
@@ -362,8 +377,12 @@ class Run:
         self.ledger.revert_done(active.revert, ok=True)
         entry.reverted_at = round(self.clock.now(), 4)
         entry.revert_ok = True
-        self.event("fault.reverted", f"{active.fault.inject} on {active.fault.target}",
-                   fault=active.fault.name, target=active.fault.target)
+        self.event(
+            "fault.reverted",
+            f"{active.fault.inject} on {active.fault.target}",
+            fault=active.fault.name,
+            target=active.fault.target,
+        )
         return True
 
     def revert_all(self) -> None:
@@ -378,7 +397,9 @@ class Run:
             # Reverts recorded in the ledger whose fault raised halfway through inject.
             injector = self.injectors.get(revert.injector)()
             fault = next(f for f in self.scenario.spec.faults if f.name == revert.fault)
-            self._revert_one(_ActiveFault(fault, injector, injector.parse(fault.with_), revert, 0.0))
+            self._revert_one(
+                _ActiveFault(fault, injector, injector.parse(fault.with_), revert, 0.0)
+            )
 
     def _watch_aborts(self, now: float) -> None:
         for spec in self.scenario.spec.abort:
@@ -396,17 +417,26 @@ class Run:
         try:
             check: Check = self.checks.get(spec.check)()
             params = check.parse(spec.params)
-            return check.evaluate(self, params, window)  # type: ignore[arg-type]
+            return check.evaluate(self, params, window)
         except Exception as exc:
             log.exception("check %s failed to evaluate", spec.check)
-            return CheckResult(spec.check, spec.label, window.label, Verdict.ERROR, message=str(exc))
+            return CheckResult(
+                spec.check, spec.label, window.label, Verdict.ERROR, message=str(exc)
+            )
 
     def _record_check(self, section: str, spec: CheckSpec, result: CheckResult) -> None:
         self.journal.checks.append(
             JournalCheck(
-                section=section, check=result.check, label=result.label, window=result.window,
-                verdict=str(result.verdict), expected=result.expected, observed=result.observed,
-                n=result.n, message=result.message, params=dict(spec.params),
+                section=section,
+                check=result.check,
+                label=result.label,
+                window=result.window,
+                verdict=str(result.verdict),
+                expected=result.expected,
+                observed=result.observed,
+                n=result.n,
+                message=result.message,
+                params=dict(spec.params),
             )
         )
 
@@ -451,12 +481,15 @@ class Run:
         reverted_at = time.monotonic()
         self._set_phase(Phase.REVERT)
         self.revert_all()
-        self.event("reverts.done", f"{time.monotonic() - reverted_at:.3f}s",
-                   seconds=round(time.monotonic() - reverted_at, 4))
+        self.event(
+            "reverts.done",
+            f"{time.monotonic() - reverted_at:.3f}s",
+            seconds=round(time.monotonic() - reverted_at, 4),
+        )
         for p in reversed(self._started_participants):
             try:
                 p.stop()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - journaled; fails the run
                 self.error(f"participant {p.name} failed to stop: {exc}")
         if self.journal.verdict == RunVerdict.RUNNING:
             self._set_phase(Phase.CHECKS)
@@ -465,7 +498,7 @@ class Run:
         if self.stack is not None and self.options.shared_stack is None:
             try:
                 self.stack.down()  # type: ignore[attr-defined]
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - journaled; fails the run
                 self.error(f"stack down failed: {exc}")
         self.journal.faults = list(self.fault_log.values())
         self.journal.verdict = self._verdict()
@@ -509,6 +542,5 @@ def _jsonable(value: object) -> JsonValue:
     if isinstance(value, list | tuple | set):
         return [_jsonable(v) for v in value]
     if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")  # type: ignore[no-any-return]
+        return value.model_dump(mode="json")
     return str(value)
-

@@ -13,7 +13,12 @@ if TYPE_CHECKING:
 
 
 def build_stack(
-    stack: str, *, scenario_file: Path, base_dir: Path, run_dir: Path, ledger: object,
+    stack: str,
+    *,
+    scenario_file: Path,
+    base_dir: Path,
+    run_dir: Path,
+    ledger: object,
     policy: str | None,
 ) -> object:
     """A Stack (process driver) for the profile ``stack`` names; not started yet."""
@@ -30,6 +35,10 @@ def default_stack_factory(run: Run) -> object:
     """The stack factory ``Run.execute`` uses by default."""
     spec = run.scenario.spec
     return build_stack(
-        spec.stack, scenario_file=run.loaded.file, base_dir=run.options.base_dir,
-        run_dir=run.run_dir, ledger=run.ledger, policy=spec.policy,
+        spec.stack,
+        scenario_file=run.loaded.file,
+        base_dir=run.options.base_dir,
+        run_dir=run.run_dir,
+        ledger=run.ledger,
+        policy=spec.policy,
     )

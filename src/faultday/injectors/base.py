@@ -113,7 +113,9 @@ class Injector(ABC):
         return self.Params.model_validate(raw)
 
     @abstractmethod
-    def prepare(self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str) -> Revert:
+    def prepare(
+        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+    ) -> Revert:
         """Return the Revert that undoes this fault; must not change anything."""
 
     @abstractmethod

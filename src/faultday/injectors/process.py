@@ -76,7 +76,9 @@ class ProcessKill(Injector):
     summary: ClassVar[str] = "SIGKILL a component (restarted at window end unless restart: false)"
     Params: ClassVar[type[BaseModel]] = KillParams
 
-    def prepare(self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str) -> Revert:
+    def prepare(
+        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+    ) -> Revert:
         assert isinstance(params, KillParams)
         pid, created = _identity(target)
         return Revert(
@@ -114,7 +116,9 @@ class ProcessPause(Injector):
     summary: ClassVar[str] = "SIGSTOP a component for the window, then SIGCONT"
     Params: ClassVar[type[BaseModel]] = NoParams
 
-    def prepare(self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str) -> Revert:
+    def prepare(
+        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+    ) -> Revert:
         pid, created = _identity(target)
         return Revert(
             injector=self.name,

@@ -168,10 +168,14 @@ class _Validator:
                 if p.message == "unknown key":
                     key = p.path.rsplit(".", 1)[-1]
                     fields = list(type(plugin).Params.model_fields)
-                    p = Problem(p.file, p.line, p.col, p.path, f"unknown key{did_you_mean(key, fields)}")
+                    hint = f"unknown key{did_you_mean(key, fields)}"
+                    self.problems.append(Problem(p.file, p.line, p.col, p.path, hint))
+                    continue
                 self.problems.append(p)
 
-    def _target(self, fault: Fault, injector: Injector, targets: TargetTable, path: PathKey) -> None:
+    def _target(
+        self, fault: Fault, injector: Injector, targets: TargetTable, path: PathKey
+    ) -> None:
         kind = targets.get(fault.target)
         if kind is None:
             self.add(
@@ -181,10 +185,15 @@ class _Validator:
             return
         if kind not in type(injector).target_kinds:
             wanted = " or ".join(sorted(type(injector).target_kinds))
-            example = "an edge such as agent->qdrant" if TargetKind.EDGE in type(injector).target_kinds else "a component"
+            example = (
+                "an edge such as agent->qdrant"
+                if TargetKind.EDGE in type(injector).target_kinds
+                else "a component"
+            )
             self.add(
                 (*path, "target"),
-                f"{fault.inject} acts on a {wanted}, but {fault.target!r} is a {kind}; give {example}",
+                f"{fault.inject} acts on a {wanted}, but {fault.target!r} is a {kind}; "
+                f"give {example}",
             )
 
     def _check_item(
@@ -199,7 +208,9 @@ class _Validator:
             if ref and ref not in faults and ref not in self.fault_names:
                 self.add((*path, key), f"no fault named {ref!r}{did_you_mean(ref, list(faults))}")
             elif key == "during" and ref in self.one_shot:
-                self.add((*path, key), f"fault {ref!r} has no duration, so no window; use after: {ref}")
+                self.add(
+                    (*path, key), f"fault {ref!r} has no duration, so no window; use after: {ref}"
+                )
         if section == "abort" and (spec.during or spec.after):
             self.add(path, "abort conditions are watched for the whole run; remove during/after")
         if section != "abort" and spec.for_ is not None:
@@ -208,7 +219,9 @@ class _Validator:
         if check is not None:
             self._params(check, spec.params, path)
 
-    def _recovery_room(self, spec: dict[str, object], faults: dict[str, Fault], duration: float) -> None:
+    def _recovery_room(
+        self, spec: dict[str, object], faults: dict[str, Fault], duration: float
+    ) -> None:
         from faultday.durations import parse_duration
 
         try:

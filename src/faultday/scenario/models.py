@@ -85,14 +85,18 @@ class CheckSpec(Strict):
         if self.anytime:
             chosen.append("anytime")
         if len(chosen) > 1:
-            raise ValueError(f"give at most one of during/after/anytime, not {' and '.join(chosen)}")
+            raise ValueError(
+                f"give at most one of during/after/anytime, not {' and '.join(chosen)}"
+            )
         return self
 
     @property
     def label(self) -> str:
         if self.name:
             return self.name
-        where = f"during {self.during}" if self.during else f"after {self.after}" if self.after else ""
+        where = (
+            f"during {self.during}" if self.during else f"after {self.after}" if self.after else ""
+        )
         return f"{where}: {self.check}" if where else self.check
 
 

@@ -12,7 +12,8 @@ from faultday.durations import format_duration, parse_duration
 def _to_seconds(value: Any) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
         # Bare numbers are ambiguous (seconds? ms?); the format asks for units.
-        raise ValueError(f"{value!r} has no unit; write it as e.g. '{value}s' or '{value}ms'")
+        msg = f"{value!r} has no unit; write it as e.g. '{value}s' or '{value}ms'"
+        raise ValueError(msg)  # noqa: TRY004 - pydantic reports ValueError, not TypeError
     return parse_duration(value)
 
 
