@@ -1,0 +1,467 @@
+"""The Kubernetes driver: a stack profile as Deployments and Services in one namespace.
+
+``deploy`` mode applies the manifests ``faultday stack render --driver k8s``
+writes (the same renderer, not a copy of it), waits until every Deployment is
+ready, and deletes them at ``down``. ``attach`` mode uses a stack that is
+already running (the user's own, labelled ``app.kubernetes.io/part-of``) and
+changes nothing at ``up``/``down``. Either way the offered API is the process
+driver's: ``up/down/restart/target/target_names/endpoints/versions/describe``.
+
+Edges run through the Toxiproxy sidecar of their destination's pod: an edge
+target names that sidecar's API, so the proxy injectors work unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import select
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+from faultday.cluster.client import TEARDOWN_ORDER, ClusterError, KubernetesCluster
+from faultday.cluster.config import (
+    NAME_LABEL,
+    PART_OF_LABEL,
+    DeployMode,
+    EndpointMode,
+    KubernetesConfig,
+)
+from faultday.cluster.guards import BlastRadius
+from faultday.engine.ledger import Ledger, ProcessRecord
+from faultday.errors import StackError
+from faultday.injectors.base import Target, TargetKind
+from faultday.plugins import did_you_mean
+from faultday.stack.profile import StackProfile
+from faultday.stack.stack import ComponentInfo, EdgeInfo, StackInfo
+
+log = logging.getLogger(__name__)
+
+TOXIPROXY_API_PORT = 8474
+APPLY_ORDER = ("ServiceAccount", "ConfigMap", "Service", "Deployment", "Job")
+PORT_FORWARD_TIMEOUT = 20.0
+_FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) ->")
+
+
+@dataclass(frozen=True, slots=True)
+class Touch:
+    """One object a driver action or a fault would change (``faultday k8s plan``)."""
+
+    action: str  # apply, delete, cordon+taint, create, …
+    kind: str
+    namespace: str
+    name: str
+    why: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        why = f"  # {self.why}" if self.why else ""
+        return f"{self.action:<14} {self.kind:<12} {where}{self.name}{why}"
+
+
+def rendered_manifests(profile: StackProfile) -> list[dict[str, Any]]:
+    """The stack renderer's k8s objects for ``profile`` (rendered into a temp folder)."""
+    from faultday.stack.render import render_profile  # noqa: PLC0415 - heavy, optional
+
+    with tempfile.TemporaryDirectory(prefix="faultday-k8s-") as tmp:
+        files = render_profile(profile, driver="k8s", out=Path(tmp))
+        docs: list[dict[str, Any]] = []
+        for f in files:
+            if f.suffix in (".yaml", ".yml"):
+                docs += [d for d in yaml.safe_load_all(f.read_text()) if isinstance(d, dict)]
+    return docs
+
+
+def _relabel(node: Any, part_of: str) -> Any:
+    if isinstance(node, dict):
+        return {
+            k: (part_of if k == PART_OF_LABEL else _relabel(v, part_of)) for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_relabel(v, part_of) for v in node]
+    return node
+
+
+def place(docs: list[dict[str, Any]], *, namespace: str, part_of: str) -> list[dict[str, Any]]:
+    """Set every object's namespace and part-of label, ordered for apply."""
+    out = []
+    for d in docs:
+        d = _relabel(d, part_of)
+        d["metadata"]["namespace"] = namespace
+        d["metadata"].setdefault("labels", {})[PART_OF_LABEL] = part_of
+        out.append(d)
+    rank = {k: i for i, k in enumerate(APPLY_ORDER)}
+    return sorted(out, key=lambda d: rank.get(str(d.get("kind")), len(rank)))
+
+
+class KubernetesStack:
+    """A stack profile on a Kubernetes cluster (deploy or attach)."""
+
+    driver = "kubernetes"
+
+    def __init__(
+        self,
+        profile: StackProfile,
+        *,
+        run_dir: Path,
+        ledger: Ledger,
+        policy: str | None = None,
+        config: KubernetesConfig | None = None,
+        cluster: KubernetesCluster | None = None,
+    ) -> None:
+        self.profile = profile
+        self.run_dir = run_dir
+        self.ledger = ledger
+        self.policy = policy or profile.spec.policy
+        self.config = config or KubernetesConfig()
+        self.namespace = self.config.namespace
+        self.part_of = self.config.part_of_for(profile.name)
+        self.guard = BlastRadius(self.config.namespaces(), self.part_of)
+        self.guard.check_namespace(self.namespace)
+        self.cluster = cluster or KubernetesCluster(self.config.access, self.guard)
+        self._edges = {e.name: e for e in profile.edges()} if profile.spec.proxy else {}
+        self._docs = place(rendered_manifests(profile), namespace=self.namespace, part_of=self.part_of)
+        self._forwards: dict[tuple[str, int], tuple[subprocess.Popen[bytes], int]] = {}
+        self._up = False
+
+    # -- what the manifests say -------------------------------------------------------
+
+    def manifests(self) -> list[dict[str, Any]]:
+        return [dict(d) for d in self._docs]
+
+    def components(self) -> list[str]:
+        """Components that run as Deployments (the proxy is a sidecar on Kubernetes)."""
+        deps = {d["metadata"]["name"] for d in self._docs if d.get("kind") == "Deployment"}
+        return [c for c in self.profile.spec.components if c in deps]
+
+    def _doc(self, kind: str, name: str) -> dict[str, Any] | None:
+        return next(
+            (d for d in self._docs if d.get("kind") == kind and d["metadata"]["name"] == name),
+            None,
+        )
+
+    def _service_port(self, component: str) -> int:
+        svc = self._doc("Service", component)
+        if svc is None:
+            raise StackError(f"component {component!r} has no Service in the rendered manifests")
+        return int(svc["spec"]["ports"][0]["port"])
+
+    def _edge_port(self, edge: str) -> int:
+        e = self._edges[edge]
+        cm = self._doc("ConfigMap", f"{e.dst}-toxiproxy")
+        if cm is not None:
+            for p in yaml.safe_load(cm["data"]["toxiproxy.json"]):
+                if p["name"] == e.proxy_name:
+                    return int(str(p["listen"]).rsplit(":", 1)[1])
+        raise StackError(f"edge {edge!r} has no Toxiproxy sidecar listener in the manifests")
+
+    def target_names(self) -> list[str]:
+        return [*self.components(), *self._edges]
+
+    # -- addresses ----------------------------------------------------------------------
+
+    def _dns(self, component: str) -> str:
+        return f"{component}.{self.namespace}.svc.cluster.local"
+
+    def _address(self, component: str, port: int) -> str:
+        """host:port at which the harness reaches ``component``'s Service port."""
+        if self.config.endpoints == EndpointMode.PORT_FORWARD:
+            return f"127.0.0.1:{self._forward(component, port)}"
+        return f"{self._dns(component)}:{port}"
+
+    def _scheme(self, component: str) -> str:
+        return self.profile.ctype(component).scheme
+
+    def endpoints(self) -> dict[str, str]:
+        out = {}
+        for c in self.components():
+            if c in self.config.endpoint_overrides:
+                out[c] = self.config.endpoint_overrides[c]
+            else:
+                out[c] = f"{self._scheme(c)}://{self._address(c, self._service_port(c))}"
+        return out
+
+    def _proxy_api(self, dst: str) -> str:
+        if dst in self.config.proxy_overrides:
+            return self.config.proxy_overrides[dst]
+        return f"http://{self._address(dst, TOXIPROXY_API_PORT)}"
+
+    # -- port-forward ---------------------------------------------------------------------
+
+    def port_forward_argv(self, component: str, port: int) -> list[str]:
+        argv = ["kubectl", "port-forward", "-n", self.namespace, f"svc/{component}", f":{port}"]
+        if self.config.access.context:
+            argv += ["--context", self.config.access.context]
+        if self.config.access.kubeconfig:
+            argv += ["--kubeconfig", self.config.access.kubeconfig]
+        return argv
+
+    def _forward(self, component: str, port: int) -> int:
+        key = (component, port)
+        if key in self._forwards and self._forwards[key][0].poll() is None:
+            return self._forwards[key][1]
+        proc = subprocess.Popen(
+            self.port_forward_argv(component, port),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.ledger.add_process(
+            ProcessRecord(
+                component=f"port-forward/{component}:{port}",
+                pid=proc.pid,
+                pgid=proc.pid,
+                create_time=psutil.Process(proc.pid).create_time(),
+            )
+        )
+        local = _read_forward_port(proc, timeout=PORT_FORWARD_TIMEOUT)
+        if local is None:
+            self._stop_forward(proc)
+            raise StackError(f"kubectl port-forward svc/{component}:{port} gave no local port")
+        self._forwards[key] = (proc, local)
+        return local
+
+    def _stop_forward(self, proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=3)
+        self.ledger.process_stopped(proc.pid)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def up(self, *, timeout: float | None = None) -> None:
+        """Deploy (or check the attached stack), then wait until every Deployment is ready."""
+        if self._up:
+            raise StackError("the stack is already up")
+        limit = timeout if timeout is not None else self.config.ready_timeout
+        try:
+            if self.config.mode == DeployMode.DEPLOY:
+                for doc in self._docs:
+                    self.cluster.apply(doc)
+            else:
+                self._check_attached()
+            self._wait_ready(self.components(), limit)
+        except ClusterError as exc:
+            if self.config.mode == DeployMode.DEPLOY:
+                self.down()
+            raise StackError(str(exc)) from exc
+        self._up = True
+
+    def _check_attached(self) -> None:
+        for c in self.components():
+            labels = self.cluster.read_labels(
+                api_version="apps/v1", kind="Deployment", namespace=self.namespace, name=c
+            )
+            if labels is None:
+                raise StackError(f"attach: no Deployment {self.namespace}/{c}")
+            self.guard.check_object(kind="Deployment", namespace=self.namespace, name=c, labels=labels)
+
+    def _wait_ready(self, components: list[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for c in components:
+            def ready(c: str = c) -> bool:
+                d = self.cluster.deployment(self.namespace, c)
+                return d is not None and d.is_ready
+
+            self.cluster.wait(
+                f"deployment {self.namespace}/{c} ready",
+                ready,
+                timeout=max(0.1, deadline - time.monotonic()),
+            )
+            log.info("%s ready", c)
+
+    def down(self) -> None:
+        """Stop port-forwards; in deploy mode delete what was applied. Idempotent."""
+        for proc, _ in self._forwards.values():
+            self._stop_forward(proc)
+        self._forwards.clear()
+        self._up = False
+        if self.config.mode != DeployMode.DEPLOY:
+            return
+        rank = {k: i for i, k in enumerate(TEARDOWN_ORDER)}
+        errors = []
+        for d in sorted(self._docs, key=lambda d: rank.get(str(d["kind"]), len(rank))):
+            try:
+                self.cluster.delete(
+                    api_version=d["apiVersion"],
+                    kind=d["kind"],
+                    namespace=self.namespace,
+                    name=d["metadata"]["name"],
+                )
+            except ClusterError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise StackError("teardown incomplete: " + "; ".join(errors))
+
+    def restart(self, component: str, *, timeout: float) -> None:
+        """Delete the component's pods; its Deployment makes new ones; wait until ready."""
+        self._check_component(component)
+        old = {p.name for p in self.cluster.list_pods(self.namespace, component=component)}
+        for p in self.cluster.list_pods(self.namespace, component=component):
+            self.cluster.delete_pod(p)
+
+        def fresh_and_ready() -> bool:
+            pods = self.cluster.list_pods(self.namespace, component=component)
+            new = [p for p in pods if p.name not in old and not p.deleting]
+            d = self.cluster.deployment(self.namespace, component)
+            return bool(new) and all(p.ready for p in new) and d is not None and d.is_ready
+
+        try:
+            self.cluster.wait(f"{component} restarted", fresh_and_ready, timeout=timeout)
+        except ClusterError as exc:
+            raise StackError(str(exc)) from exc
+
+    def pause(self, component: str) -> None:
+        raise StackError(
+            f"pause is not supported on Kubernetes ({component}); "
+            "use chaos_mesh with kind PodChaos, action pod-failure"
+        )
+
+    resume = pause
+
+    def _check_component(self, component: str) -> None:
+        comps = set(self.components())
+        if component not in comps:
+            raise StackError(f"no component {component!r}{did_you_mean(component, comps)}")
+
+    # -- targets and descriptions ------------------------------------------------------
+
+    def target(self, name: str) -> Target:
+        if name in self.components():
+            ctype = self.profile.ctype(name)
+            url = self.endpoints()[name]
+            return Target(
+                name=name,
+                kind=TargetKind.COMPONENT,
+                component_type=ctype.name,
+                url=url,
+                admin_url=f"{url}{ctype.admin_path}" if ctype.admin_path else "",
+            )
+        if name in self._edges:
+            e = self._edges[name]
+            return Target(
+                name=name,
+                kind=TargetKind.EDGE,
+                component_type=self.profile.ctype(e.dst).name,
+                url=f"{self._dns(e.dst)}:{self._edge_port(name)}",
+                proxy_api=self._proxy_api(e.dst),
+                proxy_name=e.proxy_name,
+                upstream=f"127.0.0.1:{self._service_port(e.dst)}",
+            )
+        names = set(self.target_names())
+        raise StackError(f"no component or edge {name!r}{did_you_mean(name, names)}")
+
+    def versions(self) -> dict[str, str]:
+        out = {}
+        for c in self.components():
+            d = self._doc("Deployment", c)
+            images = [x["image"] for x in d["spec"]["template"]["spec"]["containers"]] if d else []
+            out[c] = images[0] if images else "unknown"
+        return out
+
+    def describe(self) -> StackInfo:
+        comps = []
+        for c in self.components():
+            ctype = self.profile.ctype(c)
+            url = self.endpoints()[c] if self._up else ""
+            health, restarts = "stopped", 0
+            if self._up:
+                try:
+                    d = self.cluster.deployment(self.namespace, c)
+                    pods = self.cluster.list_pods(self.namespace, component=c)
+                    health = "ready" if d is not None and d.is_ready else "unready"
+                    restarts = sum(p.restarts for p in pods)
+                except ClusterError as exc:
+                    health = f"unknown ({exc.status or 'unreachable'})"
+            comps.append(
+                ComponentInfo(
+                    name=c,
+                    type=ctype.name,
+                    url=url,
+                    admin_url=f"{url}{ctype.admin_path}" if url and ctype.admin_path else "",
+                    ports={"port": self._service_port(c)},
+                    pid=None,
+                    health=health,
+                    restarts=restarts,
+                    log=f"kubectl logs -n {self.namespace} deploy/{c}",
+                )
+            )
+        edges = [
+            EdgeInfo(
+                name=e.name,
+                src=e.src,
+                dst=e.dst,
+                listen=f"{self._dns(e.dst)}:{self._edge_port(e.name)}",
+                upstream=f"127.0.0.1:{self._service_port(e.dst)}",
+                proxy_name=e.proxy_name,
+                proxy_api=self._proxy_api(e.dst) if self._up else "",
+            )
+            for e in self._edges.values()
+        ]
+        return StackInfo(
+            profile=self.profile.name,
+            source=self.profile.source,
+            run_dir=str(self.run_dir),
+            policy=self.policy,
+            components=tuple(comps),
+            edges=tuple(edges),
+        )
+
+    # -- dry run --------------------------------------------------------------------------
+
+    def plan(self) -> list[Touch]:
+        """Exactly the objects ``up`` and ``down`` change (none in attach mode)."""
+        if self.config.mode != DeployMode.DEPLOY:
+            return [
+                Touch("read", "Deployment", self.namespace, c, "attach: checked, never changed")
+                for c in self.components()
+            ]
+        out = [
+            Touch("apply", d["kind"], self.namespace, d["metadata"]["name"], "up")
+            for d in self._docs
+        ]
+        rank = {k: i for i, k in enumerate(TEARDOWN_ORDER)}
+        out += [
+            Touch("delete", d["kind"], self.namespace, d["metadata"]["name"], "down")
+            for d in sorted(self._docs, key=lambda d: rank.get(str(d["kind"]), len(rank)))
+        ]
+        return out
+
+    def selector(self, component: str) -> str:
+        return self.guard.selector(component)
+
+
+def _read_forward_port(proc: subprocess.Popen[bytes], *, timeout: float) -> int | None:
+    """Read kubectl's 'Forwarding from 127.0.0.1:N' line within ``timeout`` seconds."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    buf = b""
+    while time.monotonic() < deadline and proc.poll() is None:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+        if not ready:
+            continue
+        chunk = proc.stdout.read1(4096)  # type: ignore[attr-defined]
+        if not chunk:
+            break
+        buf += chunk
+        if m := _FORWARDING.search(buf.decode(errors="replace")):
+            return int(m.group(1))
+    with contextlib.suppress(Exception):
+        log.error("kubectl port-forward said: %s", buf.decode(errors="replace")[-500:])
+    return None
+
+
+__all__ = ["NAME_LABEL", "KubernetesStack", "Touch", "place", "rendered_manifests"]

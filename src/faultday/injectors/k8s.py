@@ -1,0 +1,297 @@
+"""Kubernetes injectors: ``pod_delete``, ``node_gpu_loss`` and ``chaos_mesh``.
+
+Each needs the Kubernetes driver while the fault is injected; its Revert
+carries the cluster access and the blast radius, so ``faultday recover`` can
+undo it with no live stack. Every change goes through the guarded cluster
+client: objects outside the allowlisted namespaces or without the stack's
+``part-of`` label are refused. The proxy injectors (latency, outage, …) need
+nothing here: on Kubernetes an edge target names its Toxiproxy sidecar.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import ClassVar, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+
+from faultday.cluster.chaosmesh import PLURALS, ChaosMeshParams, build, object_name
+from faultday.cluster.client import ClusterError, KubernetesCluster, Taint
+from faultday.cluster.config import ClusterAccess
+from faultday.cluster.guards import BlastRadius
+from faultday.cluster.kubernetes import KubernetesStack
+from faultday.errors import InjectionError, RevertError
+from faultday.injectors.base import FaultContext, Injector, Revert, Target
+from faultday.scenario.types import Duration
+
+log = logging.getLogger(__name__)
+
+LLM_TYPES = frozenset({"llmsim", "vllm"})
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _stack(ctx: FaultContext, injector: str) -> KubernetesStack:
+    stack = getattr(ctx, "stack", None)
+    if not isinstance(stack, KubernetesStack):
+        kind = type(stack).__name__ if stack is not None else "no stack"
+        raise InjectionError(f"{injector} needs the kubernetes driver (this run has {kind})")
+    return stack
+
+
+def _base_data(stack: KubernetesStack, component: str) -> dict[str, JsonValue]:
+    return {
+        "access": stack.config.access.model_dump(mode="json"),
+        "guard": stack.guard.to_json(),
+        "namespace": stack.namespace,
+        "component": component,
+    }
+
+
+@contextmanager
+def _cluster_for(ctx: FaultContext, revert: Revert) -> Iterator[KubernetesCluster]:
+    """The live stack's cluster, or one rebuilt from the revert's data (recover)."""
+    stack = getattr(ctx, "stack", None)
+    if isinstance(stack, KubernetesStack):
+        yield stack.cluster
+        return
+    access = ClusterAccess.model_validate(revert.data["access"])
+    cluster = KubernetesCluster(access, BlastRadius.from_json(revert.data["guard"]))
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def _s(revert: Revert, key: str) -> str:
+    return str(revert.data[key])
+
+
+# -- pod_delete ---------------------------------------------------------------------------
+
+
+class PodDeleteParams(_Params):
+    count: int | None = Field(default=None, ge=1, description="pods to delete [1]")
+    percent: float | None = Field(default=None, gt=0, le=100, description="or a share of them")
+    grace_period: int = Field(default=0, ge=0, description="seconds; 0 = at once")
+    seed: int | None = Field(default=None, description="which pods, reproducibly")
+    wait_ready: Duration | None = Field(
+        default=120.0, description="revert waits this long for the Deployment; null = not at all"
+    )
+
+    @model_validator(mode="after")
+    def _one(self) -> Self:
+        if self.count is not None and self.percent is not None:
+            raise ValueError("give count or percent, not both")
+        return self
+
+
+class PodDelete(Injector):
+    """Delete pods of a component (by its labels): a count or a percentage of them."""
+
+    name = "pod_delete"
+    summary = "Kubernetes: delete N or N% of a component's pods"
+    Params = PodDeleteParams
+
+    def prepare(self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str) -> Revert:
+        assert isinstance(params, PodDeleteParams)
+        stack = _stack(ctx, self.name)
+        data = _base_data(stack, target.name)
+        data["wait_ready"] = params.wait_ready
+        return Revert(self.name, fault, target.name, "await_ready", data)
+
+    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
+        assert isinstance(params, PodDeleteParams)
+        stack = _stack(ctx, self.name)
+        try:
+            pods = [
+                p
+                for p in stack.cluster.list_pods(stack.namespace, component=target.name)
+                if not p.deleting
+            ]
+            if not pods:
+                raise InjectionError(f"no pods of {target.name} ({stack.selector(target.name)})")
+            n = params.count or 1
+            if params.percent is not None:
+                n = max(1, math.ceil(len(pods) * params.percent / 100))
+            chosen = random.Random(params.seed).sample(pods, min(n, len(pods)))  # noqa: S311
+            for p in sorted(chosen, key=lambda p: p.name):
+                stack.cluster.delete_pod(p, grace_period=params.grace_period)
+        except ClusterError as exc:
+            raise InjectionError(str(exc)) from exc
+
+    def revert(self, ctx: FaultContext, revert: Revert) -> None:
+        """Nothing to undo (the Deployment replaces pods); wait until it is ready again."""
+        wait = revert.data.get("wait_ready")
+        if wait is None:
+            return
+        ns, comp = _s(revert, "namespace"), _s(revert, "component")
+        with _cluster_for(ctx, revert) as cluster:
+
+            def ready() -> bool:
+                d = cluster.deployment(ns, comp)
+                return d is None or d.is_ready
+
+            try:
+                cluster.wait(f"{ns}/{comp} ready after pod_delete", ready, timeout=float(str(wait)))
+            except ClusterError as exc:
+                raise RevertError(str(exc)) from exc
+
+
+# -- node_gpu_loss ------------------------------------------------------------------------
+
+
+class NodeGpuLossParams(_Params):
+    node: str | None = Field(default=None, description="default: the node the component runs on")
+    taint_key: str = "nvidia.com/gpu"
+    taint_value: str = "unhealthy"
+    taint_effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+    delete_pods: bool = Field(default=True, description="delete the component's pods on the node")
+    grace_period: int = Field(default=0, ge=0)
+    require_gpu_label: bool = Field(
+        default=True, description="refuse nodes without the driver config's GPU node label"
+    )
+
+
+class NodeGpuLoss(Injector):
+    """Cordon the GPU node, taint it nvidia.com/gpu=unhealthy, delete the LLM pods on it."""
+
+    name = "node_gpu_loss"
+    summary = "Kubernetes: cordon + taint the GPU node of an LLM component, delete its pods"
+    Params = NodeGpuLossParams
+    component_types = LLM_TYPES
+
+    def prepare(self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str) -> Revert:
+        """Find and guard-check the node; record its state before the fault (reads only)."""
+        assert isinstance(params, NodeGpuLossParams)
+        stack = _stack(ctx, self.name)
+        cluster = stack.cluster
+        try:
+            comp_pods = cluster.list_pods(stack.namespace, component=target.name)
+            node_name = params.node or next((p.node for p in comp_pods if p.node), "")
+            if not node_name:
+                raise InjectionError(f"no scheduled pod of {target.name}: no node to fail")
+            stack_pods = [p.name for p in cluster.list_pods(stack.namespace, node=node_name)]
+            node = cluster.read_node(node_name)
+        except ClusterError as exc:
+            raise InjectionError(str(exc)) from exc
+        stack.guard.check_node(
+            node=node_name,
+            node_labels=node.labels,
+            stack_pods_on_node=stack_pods,
+            require_label=stack.config.gpu_node_label if params.require_gpu_label else "",
+        )
+        taint = Taint(params.taint_key, params.taint_value, params.taint_effect)
+        data = _base_data(stack, target.name)
+        data.update(
+            node=node_name,
+            was_unschedulable=node.unschedulable,
+            had_taint=taint in node.taints,
+            taint=taint.to_api(),
+        )
+        return Revert(self.name, fault, target.name, "uncordon_untaint", data)
+
+    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
+        assert isinstance(params, NodeGpuLossParams)
+        stack = _stack(ctx, self.name)
+        cluster = stack.cluster
+        node_name = _s(revert, "node")
+        taint = Taint(params.taint_key, params.taint_value, params.taint_effect)
+        try:
+            if not revert.data["was_unschedulable"]:
+                cluster.set_unschedulable(node_name, True)
+            node = cluster.read_node(node_name)
+            if taint not in node.taints:
+                cluster.set_taints(node_name, (*node.taints, taint))
+            if params.delete_pods:
+                for p in cluster.list_pods(stack.namespace, component=target.name, node=node_name):
+                    cluster.delete_pod(p, grace_period=params.grace_period)
+        except ClusterError as exc:
+            raise InjectionError(f"node_gpu_loss on {node_name}: {exc}") from exc
+
+    def revert(self, ctx: FaultContext, revert: Revert) -> None:
+        """Remove our taint, then uncordon — only what this fault added; idempotent."""
+        node_name = _s(revert, "node")
+        raw = revert.data["taint"]
+        assert isinstance(raw, dict)
+        taint = Taint(str(raw["key"]), str(raw["value"]), str(raw["effect"]))
+        with _cluster_for(ctx, revert) as cluster:
+            try:
+                node = cluster.read_node(node_name)
+                if not revert.data["had_taint"] and taint in node.taints:
+                    cluster.set_taints(node_name, tuple(t for t in node.taints if t != taint))
+                if not revert.data["was_unschedulable"] and node.unschedulable:
+                    cluster.set_unschedulable(node_name, False)
+            except ClusterError as exc:
+                if exc.status == 404:  # the node is gone: nothing of ours is left on it
+                    log.warning("node %s no longer exists; nothing to revert", node_name)
+                    return
+                raise RevertError(f"node_gpu_loss revert on {node_name}: {exc}") from exc
+
+
+# -- chaos_mesh ---------------------------------------------------------------------------
+
+
+class ChaosMeshInjectorParams(ChaosMeshParams):
+    gone_timeout: Duration = Field(default=60.0, description="revert waits for the object to go")
+
+
+class ChaosMesh(Injector):
+    """Create a Chaos Mesh NetworkChaos, PodChaos or StressChaos aimed at a component."""
+
+    name = "chaos_mesh"
+    summary = "Kubernetes: a Chaos Mesh NetworkChaos / PodChaos / StressChaos on a component"
+    Params = ChaosMeshInjectorParams
+    suffix_len: ClassVar[int] = 8
+
+    def prepare(self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str) -> Revert:
+        assert isinstance(params, ChaosMeshInjectorParams)
+        stack = _stack(ctx, self.name)
+        if params.peer is not None and params.peer not in stack.components():
+            raise InjectionError(f"chaos_mesh peer {params.peer!r} is not a component of the stack")
+        data = _base_data(stack, target.name)
+        data.update(
+            kind=str(params.kind),
+            plural=PLURALS[params.kind],
+            name=object_name(fault, uuid.uuid4().hex[: self.suffix_len]),
+            gone_timeout=params.gone_timeout,
+        )
+        return Revert(self.name, fault, target.name, "delete_chaos", data)
+
+    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
+        assert isinstance(params, ChaosMeshInjectorParams)
+        stack = _stack(ctx, self.name)
+        obj = build(
+            params,
+            name=_s(revert, "name"),
+            namespace=stack.namespace,
+            component=target.name,
+            guard=stack.guard,
+            fault=revert.fault,
+        )
+        try:
+            stack.cluster.create_chaos(obj, plural=_s(revert, "plural"))
+        except ClusterError as exc:
+            raise InjectionError(str(exc)) from exc
+
+    def revert(self, ctx: FaultContext, revert: Revert) -> None:
+        """Delete the object, then check it is gone (Chaos Mesh recovers in a finalizer)."""
+        ns, plural, name = _s(revert, "namespace"), _s(revert, "plural"), _s(revert, "name")
+        with _cluster_for(ctx, revert) as cluster:
+            try:
+                cluster.delete_chaos(namespace=ns, plural=plural, name=name)
+                cluster.wait(
+                    f"{plural} {ns}/{name} gone",
+                    lambda: cluster.get_chaos(namespace=ns, plural=plural, name=name) is None,
+                    timeout=float(str(revert.data.get("gone_timeout", 60.0))),
+                    interval=0.5,
+                )
+            except ClusterError as exc:
+                raise RevertError(f"chaos_mesh revert of {ns}/{name}: {exc}") from exc
