@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -42,9 +43,10 @@ def wait_http(
             raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
         try:
             httpx.get(url, timeout=1.0)
-            return
         except httpx.HTTPError:
             time.sleep(0.05)
+        else:
+            return
     raise TimeoutError(f"{url} did not answer within {timeout}s")
 
 
@@ -93,16 +95,12 @@ class EchoServer:
 
     def close(self) -> None:
         self._stop = True
-        try:
+        with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
-        except OSError:
-            pass
         self.sock.close()
         for conn in self._conns:
-            try:
+            with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             conn.close()
         self._thread.join(5)
 

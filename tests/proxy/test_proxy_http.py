@@ -3,6 +3,7 @@ chunked), and the per-proxy counters they feed."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 
@@ -135,7 +136,7 @@ def test_stream_stall_holds_then_continues(api: ToxiproxyClient, llm: httpx.Clie
     data, times, error = sse_events(llm)
     assert error == ""
     assert len(data) == 7
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     assert 0.38 <= gaps[1] < 0.8, gaps  # between event 2 and 3
     assert max(gaps[2:]) < 0.1
 
@@ -165,7 +166,7 @@ def test_stream_drip_spaces_events(api: ToxiproxyClient, llm: httpx.Client) -> N
     data, times, error = sse_events(llm, "/sse?n=5")
     assert error == ""
     assert len(data) == 6
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     assert min(gaps) >= 0.055, gaps
 
 

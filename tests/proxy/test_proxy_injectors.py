@@ -10,12 +10,12 @@ from pathlib import Path
 import httpx
 import pytest
 from pydantic import ValidationError
+from tests.proxy.conftest import EchoServer, free_port
 
 from faultday.errors import InjectionError
 from faultday.injectors.base import Injector, Revert, Target, TargetKind, injector_registry
 from faultday.proxy import ProxyServer
 from faultday.proxy.client import ToxiproxyClient
-from tests.proxy.conftest import EchoServer, free_port
 
 NETWORK = [
     "latency",

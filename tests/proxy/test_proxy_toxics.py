@@ -8,9 +8,9 @@ import statistics
 import time
 
 import pytest
+from tests.proxy.conftest import ApiServer, EchoServer
 
 from faultday.proxy.client import ToxiproxyClient
-from tests.proxy.conftest import ApiServer, EchoServer
 
 
 def connect(port: int) -> socket.socket:
@@ -85,9 +85,7 @@ def test_reset_peer_gives_econnreset(client: ToxiproxyClient, edge: int) -> None
         t0 = time.perf_counter()
         s.settimeout(3)
         with pytest.raises(ConnectionResetError):
-            s.sendall(b"x")
-            s.recv(10)
-            s.recv(10)
+            read_all(s, limit=3)
         assert 0.09 <= time.perf_counter() - t0 < 1.0
 
 

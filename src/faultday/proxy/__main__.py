@@ -20,10 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         serve_forever(host=args.host, port=args.port, config=args.config, log_level=args.log_level)
     except FaultdayError as exc:
-        print(f"error: {exc}", file=sys.stderr)  # noqa: T201
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"error: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)  # noqa: T201
+        print(f"error: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 2
     return 0
 

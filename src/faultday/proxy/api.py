@@ -8,6 +8,7 @@ beyond the standard library; applying a toxic is one loop iteration.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from dataclasses import dataclass
@@ -83,8 +84,12 @@ class ApiHandler:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
-        for task in list(self._tasks):
+        """Cancel open API connections and wait (bounded) until they are gone."""
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        for task in tasks:
             task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=2.0)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -95,17 +100,19 @@ class ApiHandler:
                 pass
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             pass
-        except (asyncio.TimeoutError, asyncio.CancelledError):
+        except (TimeoutError, asyncio.CancelledError):
             pass
         finally:
             if task is not None:
                 self._tasks.discard(task)
             writer.close()
+            with contextlib.suppress(OSError, TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
 
     async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IDLE_TIMEOUT)
         lines = head.decode("latin-1").split("\r\n")
-        method, target, version = (lines[0].split(" ", 2) + ["", ""])[:3]
+        method, target, version = ([*lines[0].split(" ", 2), "", ""])[:3]
         headers = {}
         for line in lines[1:]:
             key, _, value = line.partition(":")
@@ -145,7 +152,9 @@ class ApiHandler:
         except ProxyError as exc:
             return _error(500, str(exc))
 
-    async def _route(self, method: str, parts: list[str], data: JsonValue) -> Reply:
+    async def _route(  # noqa: PLR0911 - a flat route table reads best
+        self, method: str, parts: list[str], data: JsonValue
+    ) -> Reply:
         n = len(parts)
         if parts == ["version"] and method == "GET":
             return _json(200, {"version": TOXIPROXY_VERSION, "server": "faultday"})
@@ -164,7 +173,7 @@ class ApiHandler:
             return await self._proxy_route(method, self._proxy(parts[1]), parts[2:], data)
         raise ApiError(404 if method in {"GET", "POST", "DELETE"} else 405, "not found")
 
-    async def _proxy_route(
+    async def _proxy_route(  # noqa: PLR0911, PLR0912 - a flat route table reads best
         self, method: str, proxy: Proxy, rest: list[str], data: JsonValue
     ) -> Reply:
         if not rest:

@@ -36,7 +36,7 @@ def serve_forever(*, host: str, port: int, config: Path | None, log_level: str) 
 
     def ready(srv: ProxyServer) -> None:
         # The stack supervisor waits for this line (and then for GET /version).
-        print(f"{READY_PREFIX} api={srv.api_url} proxies={len(srv.proxies)}", flush=True)  # noqa: T201
+        print(f"{READY_PREFIX} api={srv.api_url} proxies={len(srv.proxies)}", flush=True)
 
     server.run(ready)
 

@@ -154,7 +154,7 @@ class ToxiproxyClient:
         self,
         proxy: str,
         *,
-        type: str,  # noqa: A002 - Toxiproxy's field name
+        type: str,
         name: str = "",
         stream: str = "downstream",
         toxicity: float = 1.0,

@@ -9,6 +9,7 @@ on the epoll descriptor itself (µs resolution), then epoll is polled.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import select
 import selectors
@@ -19,7 +20,8 @@ _FD_SETSIZE = 1024
 
 class PreciseEpollSelector(selectors.EpollSelector):
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        if timeout is None or timeout <= 0 or self._selector.fileno() >= _FD_SETSIZE:
+        epfd = self.fileno()  # the epoll descriptor itself
+        if timeout is None or timeout <= 0 or epfd >= _FD_SETSIZE:
             return super().select(timeout)
         deadline = time.monotonic() + timeout
         whole = math.floor(timeout * 1e3) * 1e-3
@@ -29,10 +31,8 @@ class PreciseEpollSelector(selectors.EpollSelector):
                 return ready
         rest = deadline - time.monotonic()
         if rest > 0:
-            try:
-                select.select([self._selector.fileno()], [], [], rest)
-            except InterruptedError:
-                pass
+            with contextlib.suppress(InterruptedError):
+                select.select([epfd], [], [], rest)
         return super().select(0)
 
 

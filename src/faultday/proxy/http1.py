@@ -140,7 +140,7 @@ class Framer:
             return [End(b"")]
         return []
 
-    def _step(self, out: list[Event]) -> bool:
+    def _step(self, out: list[Event]) -> bool:  # noqa: PLR0911 - one return per state
         state = self._state
         if state is _State.RAW or state is _State.UNTIL_CLOSE:
             if self._buf:

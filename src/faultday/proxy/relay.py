@@ -52,6 +52,10 @@ log = logging.getLogger(__name__)
 PIPE_SIZE = 1 << 20
 RECV_SIZE = 256 * 1024
 INBOX_LIMIT = 4 << 20  # bytes buffered before reading pauses (backpressure)
+# Timed waits end this much early: select()'s timer slack (50 µs) plus the
+# wake-up of a sleeping process (a vCPU leaving idle on a VM) otherwise make
+# every injected delay ~0.2 ms late on average (bench/proxy, 2-vCPU VM).
+TIMER_LEAD = 200e-6
 _SPLICE_FLAGS = 0x01 | 0x02  # SPLICE_F_MOVE | SPLICE_F_NONBLOCK
 _F_SETPIPE_SZ = 1031
 _HTTP_START = re.compile(rb"^[A-Z]{3,10} ")
@@ -78,6 +82,35 @@ def _looks_http(first: bytes) -> bool:
     # Clients write a request line in one go; a first segment too short to show
     # "METHOD " is treated as not HTTP rather than waited on.
     return bool(_HTTP_START.match(first)) and first.split(b" ", 1)[0] in _METHODS
+
+
+class PipePool:
+    """Empty pipes kept for reuse: creating and sizing one costs three syscalls per direction."""
+
+    def __init__(self, limit: int = 128) -> None:
+        self.limit = limit
+        self._free: list[tuple[int, int]] = []
+
+    def get(self) -> tuple[int, int]:
+        if self._free:
+            return self._free.pop()
+        pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(pipe[1], _F_SETPIPE_SZ, PIPE_SIZE)
+        return pipe
+
+    def put(self, pipe: tuple[int, int], *, empty: bool) -> None:
+        if empty and len(self._free) < self.limit:
+            self._free.append(pipe)
+        else:
+            os.close(pipe[0])
+            os.close(pipe[1])
+
+    def close(self) -> None:
+        while self._free:
+            r, w = self._free.pop()
+            os.close(r)
+            os.close(w)
 
 
 def _rst(sock: socket.socket) -> None:
@@ -184,9 +217,9 @@ class Direction:
         self._write_off()
         self.mode = Mode.DONE
         if self.pipe is not None:
-            for fd in self.pipe:
-                os.close(fd)
+            self.conn.proxy.pipes.put(self.pipe, empty=self.in_pipe == 0)
             self.pipe = None
+            self.in_pipe = 0
         if self.task is not None and self.task is not asyncio.current_task(self.loop):
             self.task.cancel()
         self._wake()
@@ -242,9 +275,7 @@ class Direction:
         if self.conn.kind is Kind.UNKNOWN and not self._classify():
             return
         if self.pipe is None:
-            self.pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-            with contextlib.suppress(OSError):
-                fcntl.fcntl(self.pipe[1], _F_SETPIPE_SZ, PIPE_SIZE)
+            self.pipe = self.conn.proxy.pipes.get()
         try:
             n = os.splice(self.src_fd, self.pipe[1], PIPE_SIZE, flags=_SPLICE_FLAGS)
         except BlockingIOError:
@@ -334,20 +365,20 @@ class Direction:
         if self.wakeup is not None and not self.wakeup.done():
             self.wakeup.set_result(None)
 
-    async def _wait(self, timeout: float | None) -> None:
-        """Until new bytes, a toxic change, a peer's action or ``timeout`` seconds."""
+    async def _wait(self, limit: float | None) -> None:
+        """Until new bytes, a toxic change, a peer's action or ``limit`` seconds."""
         self.wakeup = self.loop.create_future()
         changed = self.conn.proxy.changed
         try:
             await asyncio.wait(
-                {self.wakeup, changed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                {self.wakeup, changed}, timeout=limit, return_when=asyncio.FIRST_COMPLETED
             )
         finally:
             self.wakeup = None
 
     async def _sleep_until(self, deadline: float) -> bool:
         """Sleep until ``deadline`` (monotonic); False when a toxic change cut it short."""
-        delay = deadline - time.monotonic()
+        delay = deadline - time.monotonic() - TIMER_LEAD
         if delay <= 0:
             return True
         changed = self.conn.proxy.changed
@@ -608,23 +639,31 @@ class Direction:
             while link.live and not await self._sleep_until(deadline):
                 pass
         elif isinstance(attrs, BandwidthAttrs) and attrs.rate > 0:
-            await self._bandwidth(chain, i, ts, data, link, attrs)
+            await self._bandwidth(chain, i, ts, data, link=link, attrs=attrs)
             return
         elif isinstance(attrs, SlicerAttrs) and attrs.average_size > 0:
-            await self._slicer(chain, i, ts, data, link, attrs)
+            await self._slicer(chain, i, ts, data, link=link, attrs=attrs)
             return
         elif isinstance(attrs, LimitDataAttrs):
-            await self._limit_data(chain, i, ts, data, link, attrs)
+            await self._limit_data(chain, i, ts, data, link=link, attrs=attrs)
             return
         elif isinstance(attrs, TimeoutAttrs):
             await self._hold(link, attrs)
-        elif isinstance(attrs, ResetPeerAttrs):
-            if time.monotonic() >= link.attached + attrs.timeout / 1000.0:
-                self._timer_fired(link)
+        elif isinstance(attrs, ResetPeerAttrs) and (
+            time.monotonic() >= link.attached + attrs.timeout / 1000.0
+        ):
+            self._timer_fired(link)
         await self._through(chain, i + 1, ts, data)
 
     async def _bandwidth(
-        self, chain: list[Link], i: int, ts: float, data: bytes, link: Link, attrs: BandwidthAttrs
+        self,
+        chain: list[Link],
+        i: int,
+        ts: float,
+        data: bytes,
+        *,
+        link: Link,
+        attrs: BandwidthAttrs,
     ) -> None:
         step = attrs.rate * 100  # 100 ms worth of bytes, as Toxiproxy sends them
         view = memoryview(data)
@@ -638,7 +677,7 @@ class Direction:
             await self._through(chain, i + 1, ts, piece)
 
     async def _slicer(
-        self, chain: list[Link], i: int, ts: float, data: bytes, link: Link, attrs: SlicerAttrs
+        self, chain: list[Link], i: int, ts: float, data: bytes, *, link: Link, attrs: SlicerAttrs
     ) -> None:
         view = memoryview(data)
         first = True
@@ -656,7 +695,14 @@ class Direction:
             await self._through(chain, i + 1, ts, piece)
 
     async def _limit_data(
-        self, chain: list[Link], i: int, ts: float, data: bytes, link: Link, attrs: LimitDataAttrs
+        self,
+        chain: list[Link],
+        i: int,
+        ts: float,
+        data: bytes,
+        *,
+        link: Link,
+        attrs: LimitDataAttrs,
     ) -> None:
         room = attrs.bytes - link.passed
         if room > 0:

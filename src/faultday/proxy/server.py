@@ -25,7 +25,7 @@ from faultday.errors import FaultdayError
 from faultday.proxy.counters import LiveCounters, ProxyCounters
 from faultday.proxy.eventloop import new_event_loop
 from faultday.proxy.models import ProxySpec, split_hostport
-from faultday.proxy.relay import Connection
+from faultday.proxy.relay import Connection, PipePool
 from faultday.proxy.toxics import Toxic
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,16 @@ _ACCEPT_BATCH = 64
 
 class ProxyError(FaultdayError):
     """A proxy could not be created, started or changed."""
+
+
+def _connected_now(sock: socket.socket) -> bool:
+    # On loopback the handshake completes inside connect(); checking now saves a
+    # whole event-loop round trip per connection.
+    try:
+        sock.getpeername()
+    except OSError:
+        return False
+    return True
 
 
 class Proxy:
@@ -51,6 +61,7 @@ class Proxy:
         self.toxics: list[Toxic] = []
         self.counters = LiveCounters()
         self.connections: set[Connection] = set()
+        self.pipes = PipePool()
         self.changed: asyncio.Future[None] = loop.create_future()
         self._lsock: socket.socket | None = None
         self._addr: tuple[int, tuple[str, int]] | None = None
@@ -88,6 +99,7 @@ class Proxy:
         self.enabled = False
         for conn in list(self.connections):
             conn.close()
+        self.pipes.close()
 
     def set_upstream(self, upstream: str) -> None:
         self.upstream = upstream
@@ -142,7 +154,7 @@ class Proxy:
         with contextlib.suppress(OSError):
             up.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         err = up.connect_ex(addr[1])
-        if err == 0:
+        if err == 0 or (err == errno.EINPROGRESS and _connected_now(up)):
             self._connected(client, up)
         elif err == errno.EINPROGRESS:
             timer = self.loop.call_later(
@@ -276,6 +288,8 @@ class ProxyServer:
                 proxy.stop()
             self.proxies.clear()
             await handler.close()
+            for proxy in self.proxies.values():
+                proxy.pipes.close()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 2.0)
 
