@@ -1,4 +1,4 @@
-"""Open a page in headless Chromium over the DevTools protocol: console errors, JS values, screenshot.
+"""Open pages in headless Chromium over DevTools: console errors, JS values, screenshots.
 
 Uses Debian's ``chromium`` and ``websocket-client``; no browser download.
 """
@@ -6,6 +6,7 @@ Uses Debian's ``chromium`` and ``websocket-client``; no browser download.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -22,9 +23,17 @@ import websocket
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-    "--hide-scrollbars", "--mute-audio", "--remote-debugging-address=127.0.0.1",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+    "--mute-audio",
+    "--remote-debugging-address=127.0.0.1",
     "--remote-debugging-port=0",
 )
 
@@ -43,8 +52,14 @@ class _Cdp:
         self.next_id = 0
         self.events: list[dict[str, Any]] = []
 
-    def call(self, method: str, params: dict[str, Any] | None = None, *, session: str | None = None,
-             timeout: float = 20.0) -> dict[str, Any]:
+    def call(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        session: str | None = None,
+        timeout: float = 20.0,
+    ) -> dict[str, Any]:
         self.next_id += 1
         msg: dict[str, Any] = {"id": self.next_id, "method": method, "params": params or {}}
         if session:
@@ -88,28 +103,54 @@ def _describe(ev: dict[str, Any]) -> tuple[bool, str]:
     return False, ""
 
 
-def open_page(path: Path, *, expressions: dict[str, str] | None = None, width: int = 1280,
-              timeout: float = 60.0, full_page: bool = True) -> PageResult:
+def open_page(
+    path: Path,
+    *,
+    expressions: dict[str, str] | None = None,
+    width: int = 1280,
+    timeout: float = 60.0,
+    full_page: bool = True,
+) -> PageResult:
     """Load ``path`` (file://), settle, evaluate ``expressions``, take a screenshot."""
-    return open_pages([path], expressions=expressions, width=width, timeout=timeout,
-                      full_page=full_page)[0]
+    return open_pages(
+        [path], expressions=expressions, width=width, timeout=timeout, full_page=full_page
+    )[0]
 
 
-def open_pages(paths: list[Path], *, expressions: dict[str, str] | None = None, width: int = 1280,
-               timeout: float = 60.0, full_page: bool = True) -> list[PageResult]:
+def open_pages(
+    paths: list[Path],
+    *,
+    expressions: dict[str, str] | None = None,
+    width: int = 1280,
+    timeout: float = 60.0,
+    full_page: bool = True,
+) -> list[PageResult]:
     """Like ``open_page`` for several pages, one browser, a fresh tab each."""
     if CHROMIUM is None:
         raise FileNotFoundError("chromium is not installed (apt-get install -y chromium)")
     profile = tempfile.mkdtemp(prefix="faultday-chromium-")
     proc = subprocess.Popen(
         [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         url = _devtools_url(proc, timeout)
         cdp = _Cdp(url, timeout)
         try:
-            return [_load(cdp, p, expressions or {}, width, timeout, full_page) for p in paths]
+            return [
+                _load(
+                    cdp,
+                    p,
+                    expressions=expressions or {},
+                    width=width,
+                    timeout=timeout,
+                    full_page=full_page,
+                )
+                for p in paths
+            ]
         finally:
             cdp.ws.close()
     finally:
@@ -134,24 +175,40 @@ def _devtools_url(proc: subprocess.Popen[str], timeout: float) -> str:
     raise RuntimeError(f"chromium did not start: {''.join(seen[-10:])}")
 
 
-def _load(cdp: _Cdp, path: Path, expressions: dict[str, str], width: int, timeout: float,
-          full_page: bool) -> PageResult:
+def _load(
+    cdp: _Cdp,
+    path: Path,
+    *,
+    expressions: dict[str, str],
+    width: int,
+    timeout: float,
+    full_page: bool,
+) -> PageResult:
     target = cdp.call("Target.createTarget", {"url": "about:blank"})["targetId"]
     session = cdp.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
     for method in ("Runtime.enable", "Log.enable", "Page.enable"):
         cdp.call(method, session=session)
-    cdp.call("Emulation.setDeviceMetricsOverride",
-             {"width": width, "height": 1500, "deviceScaleFactor": 1, "mobile": False}, session=session)
+    cdp.call(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": 1500, "deviceScaleFactor": 1, "mobile": False},
+        session=session,
+    )
     cdp.events.clear()
     cdp.call("Page.navigate", {"url": path.resolve().as_uri()}, session=session)
     cdp.wait_event("Page.loadEventFired", timeout)
     time.sleep(0.5)  # late console messages (CSP reports, deferred errors)
     res = PageResult()
     for name, expr in expressions.items():
-        r = cdp.call("Runtime.evaluate", {"expression": expr, "returnByValue": True}, session=session)
+        r = cdp.call(
+            "Runtime.evaluate", {"expression": expr, "returnByValue": True}, session=session
+        )
         res.values[name] = r.get("result", {}).get("value")
-    shot = cdp.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": full_page},
-                    session=session, timeout=timeout)
+    shot = cdp.call(
+        "Page.captureScreenshot",
+        {"format": "png", "captureBeyondViewport": full_page},
+        session=session,
+        timeout=timeout,
+    )
     res.screenshot = base64.b64decode(shot["data"])
     for ev in cdp.events:
         is_err, text = _describe(ev)
@@ -169,10 +226,8 @@ def _stop(proc: subprocess.Popen[str]) -> None:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=10)
         except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             proc.wait(timeout=10)
     if proc.stderr is not None:
         proc.stderr.close()

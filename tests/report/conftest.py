@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.report.journals import aborted_journal, failed_journal, write_series
 
 from faultday.report.journal import Journal
 from faultday.report.render import render_all
-from tests.report.journals import aborted_journal, failed_journal, write_series
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The HTML report in a real browser (Debian's headless Chromium): no console errors, no script runs."""
+"""The HTML report in a real browser (headless Chromium): no console errors, no script runs."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from faultday.report.journal import Journal
 from tests.conftest import ROOT
 from tests.report.chromium import CHROMIUM, open_pages
+
+from faultday.report.journal import Journal
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)"
@@ -19,7 +19,9 @@ SCREENSHOT = ROOT / "docs" / "img" / "report.png"
 
 
 def test_reports_load_cleanly_and_hostile_text_stays_text(
-    failed_run: tuple[Journal, Path], aborted_run: tuple[Journal, Path], tmp_path: Path,
+    failed_run: tuple[Journal, Path],
+    aborted_run: tuple[Journal, Path],
+    tmp_path: Path,
 ) -> None:
     probes = {
         "title": "document.title",
@@ -28,9 +30,11 @@ def test_reports_load_cleanly_and_hostile_text_stays_text(
         "xss_as_text": "document.body.innerText.includes(\"<script>document.title='pwned'\")",
         "charts": "document.querySelectorAll('.chart svg').length",
         "chart_width": "document.querySelector('.chart svg').getBoundingClientRect().width",
+        "font": "getComputedStyle(document.body).fontFamily",
     }
     failed, aborted = open_pages(
-        [failed_run[1] / "report.html", aborted_run[1] / "report.html"], expressions=probes,
+        [failed_run[1] / "report.html", aborted_run[1] / "report.html"],
+        expressions=probes,
         full_page=False,
     )
     for page in (failed, aborted):
@@ -42,6 +46,7 @@ def test_reports_load_cleanly_and_hostile_text_stays_text(
     assert failed.values["title"].startswith("FAILED")
     assert aborted.values["title"].startswith("ABORTED")
     assert failed.values["charts"] == 4 and aborted.values["charts"] == 1
+    assert "Arial" in failed.values["font"]  # the stylesheet arrived intact (not HTML-escaped)
     assert failed.values["chart_width"] > 800  # charts scale to the page, not a thumbnail
     shot = tmp_path / "report.png"
     shot.write_bytes(failed.screenshot)
@@ -49,3 +54,46 @@ def test_reports_load_cleanly_and_hostile_text_stays_text(
     if os.environ.get("FAULTDAY_UPDATE_SCREENSHOT"):
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, SCREENSHOT)
+
+
+def test_game_day_index_loads_cleanly(
+    failed_run: tuple[Journal, Path],
+    aborted_run: tuple[Journal, Path],
+    tmp_path: Path,
+) -> None:
+    from faultday.report import gameday as gdm
+
+    folder = failed_run[1].parent
+    journals = [failed_run[0], aborted_run[0]]
+    before = gdm.GameDay(
+        id="gameday-20251231T000000",
+        started=1.0,
+        ended=2.0,
+        scenarios=[gdm.summarize(j, folder) for j in journals],
+    )
+    before.scenarios[0].checks[1].verdict = "passed"  # the fallback used to hold
+    gdm.overall(before)
+    now = gdm.GameDay(
+        id="gameday-20260101T000000",
+        started=3.0,
+        ended=4.0,
+        scenarios=[gdm.summarize(j, folder) for j in journals],
+    )
+    gdm.overall(now)
+    gdm.render_gameday(
+        now, folder, journals=journals, previous=before, base_dir=ROOT, runbook_stack="local"
+    )
+    (page,) = open_pages(
+        [folder / "index.html"],
+        expressions={
+            "rows": "document.querySelectorAll('#trend-table tbody tr').length",
+            "worse": "document.querySelectorAll('#trend-table td.trend-worse').length",
+            "links": "[...document.querySelectorAll('a')].map(a => a.getAttribute('href'))",
+        },
+    )
+    assert page.console_errors == [], page.console_errors
+    assert page.values["worse"] == 1
+    assert page.values["rows"] == len(now.scenarios[0].checks) + len(now.scenarios[1].checks)
+    assert f"{failed_run[1].name}/report.html" in page.values["links"]
+    assert "runbooks/index.html" in page.values["links"]
+    assert now.score is not None and before.score is not None and now.score < before.score

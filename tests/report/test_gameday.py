@@ -8,7 +8,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 from tests.conftest import ROOT, faultday
 
 STACK = ROOT / "tests" / "engine" / "data" / "procs.stack.yaml"
@@ -31,7 +30,9 @@ spec:
 WEB = """\
 apiVersion: faultday/v1
 kind: Scenario
-metadata: {{name: web-freeze, title: The web server freezes, tags: [quarterly], runbook: agent-crash, severity: SEV2}}
+metadata:
+  {{name: web-freeze, title: The web server freezes, tags: [quarterly], runbook: agent-crash,
+    severity: SEV2}}
 spec:
   stack: procs.stack.yaml
   duration: 6s
@@ -57,9 +58,20 @@ def _suite(folder: Path, target: str) -> Path:
 
 
 def _gameday(suite: Path, reports: Path) -> tuple[int, Path, str]:
-    r = faultday("gameday", str(suite), "--tag", "quarterly", "--time-scale", "0.5",
-                 "--report-dir", str(reports), "--no-progress", "--runbook-stack", "local",
-                 timeout=240)
+    r = faultday(
+        "gameday",
+        str(suite),
+        "--tag",
+        "quarterly",
+        "--time-scale",
+        "0.5",
+        "--report-dir",
+        str(reports),
+        "--no-progress",
+        "--runbook-stack",
+        "local",
+        timeout=240,
+    )
     m = re.search(r"index: (\S+)", r.stdout)
     assert m, r.stdout + r.stderr
     return r.returncode, Path(m.group(1)).parent, r.stderr
@@ -75,7 +87,7 @@ def test_two_game_days_the_second_shows_the_trend(tmp_path: Path) -> None:
     assert [s["verdict"] for s in gd1["scenarios"]] == ["passed", "failed"]
     # health weighs 1; ticker-freeze judges its steady state twice (baseline, after recovery).
     assert gd1["score"] == 75.0
-    # One stack served both scenarios: a passed or failed run with every revert done leaves it reusable.
+    # One stack served both: a passed or failed run whose reverts all ran leaves it reusable.
     assert len([n for n in gd1["stack_notes"] if " up for " in n]) == 1, gd1["stack_notes"]
     index1 = (day1 / "index.html").read_text()
     assert "first game day in this report folder" in index1
@@ -95,9 +107,13 @@ def test_two_game_days_the_second_shows_the_trend(tmp_path: Path) -> None:
     assert gd2["previous"] == day1.name and gd2["score"] == 100.0
     index2 = (day2 / "index.html").read_text()
     assert re.search(r'id="score-trend">\+25\.0<', index2)
-    table = index2[index2.index('id="trend-table"'):]
-    rows = re.findall(r"<tr><td>([^<]*)</td><td>[^<]*<span[^>]*>[^<]*</span></td><td>([^<]*)</td>"
-                      r".*?<td class=\"trend-(\w+)\">", table, re.S)
+    table = index2[index2.index('id="trend-table"') :]
+    rows = re.findall(
+        r"<tr><td>([^<]*)</td><td>[^<]*<span[^>]*>[^<]*</span></td><td>([^<]*)</td>"
+        r".*?<td class=\"trend-(\w+)\">",
+        table,
+        re.S,
+    )
     assert {(s, w): t for s, w, t in rows} == {
         ("ticker-freeze", "baseline"): "same",
         ("ticker-freeze", "after recovery"): "same",

@@ -1,4 +1,4 @@
-"""Incident reports rendered from journals: a failed run, an aborted run, hostile text, JUnit, CLI."""
+"""Incident reports from journals: a failed run, an aborted run, hostile text, JUnit, CLI."""
 
 from __future__ import annotations
 
@@ -6,12 +6,22 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from faultday.report.journal import Journal, read_journal
 from tests.conftest import faultday
-from tests.report.journals import XSS
 
-SECTIONS = ["Verdict", "Impact", "Charts", "Timeline", "Checks", "Faults", "Degradation paths taken",
-            "Runbook steps that apply", "Action items", "Appendix"]
+from faultday.report.journal import Journal, read_journal
+
+SECTIONS = [
+    "Verdict",
+    "Impact",
+    "Charts",
+    "Timeline",
+    "Checks",
+    "Faults",
+    "Degradation paths taken",
+    "Runbook steps that apply",
+    "Action items",
+    "Appendix",
+]
 
 
 def _h2(text: str, *, html: bool) -> list[str]:
@@ -41,13 +51,15 @@ def test_failed_run_report_has_every_section_and_says_what_failed(
     assert "breaker.open llm-primary" in md and "degraded: fallback:llm-backup" in md
 
 
-def test_charts_are_inline_svg_with_the_fault_window_labelled(failed_run: tuple[Journal, Path]) -> None:
+def test_charts_are_inline_svg_with_the_fault_window_labelled(
+    failed_run: tuple[Journal, Path],
+) -> None:
     _, run_dir = failed_run
     html = (run_dir / "report.html").read_text()
     charts = re.findall(r'<div class="chart" id="chart-(\w+)">\s*<svg', html)
     assert charts == ["timeline", "latency", "throughput", "degraded"]
     assert "<?xml" not in html and "<!DOCTYPE svg" not in html  # inline, not documents
-    latency = html[html.index('id="chart-latency"'):html.index('id="chart-throughput"')]
+    latency = html[html.index('id="chart-latency"') : html.index('id="chart-throughput"')]
     assert "xid79" in latency  # the shaded window carries the fault's name
     # Element ids stay unique across the inline charts (one page, several SVGs).
     ids = re.findall(r'\bid="([^"]+)"', html)
@@ -66,9 +78,12 @@ def test_aborted_run_report_is_complete_and_lists_what_was_not_judged(
     md = (run_dir / "report.md").read_text()
     assert [h for h in _h2(md, html=False) if h in SECTIONS] == SECTIONS
     assert "ABORTED" in md and "abort condition tripped: error_rate 62.0% > 50.0%" in md
-    not_judged = md[md.index("Not evaluated"):md.index("## Faults")]
-    for label in ("during xid79: fallback_rate", "after xid79: recovery_time",
-                  "steady_state: error_rate"):
+    not_judged = md[md.index("Not evaluated") : md.index("## Faults")]
+    for label in (
+        "during xid79: fallback_rate",
+        "after xid79: recovery_time",
+        "steady_state: error_rate",
+    ):
         assert label in not_judged
     assert "no timeseries.csv" in md  # charts degrade to the fault timeline, and say so
     assert "| 27.00 | `abort` |" in md
@@ -85,12 +100,13 @@ def test_model_output_is_text_never_markup(failed_run: tuple[Journal, Path]) -> 
     assert "&lt;script&gt;document.title=&#39;pwned&#39;" in html
     md = (run_dir / "report.md").read_text()
     assert "<script>" in md  # inside a fenced code block, which no renderer executes
-    block = md[md.index("## Quoted responses"):]
+    block = md[md.index("## Quoted responses") :]
     assert re.search(r"```+\n<script>document\.title", block)
 
 
 def test_junit_has_a_testcase_per_check_with_expected_and_observed(
-    failed_run: tuple[Journal, Path], aborted_run: tuple[Journal, Path],
+    failed_run: tuple[Journal, Path],
+    aborted_run: tuple[Journal, Path],
 ) -> None:
     suite = ET.parse(failed_run[1] / "junit.xml").getroot().find("testsuite")
     assert suite is not None
@@ -100,8 +116,12 @@ def test_junit_has_a_testcase_per_check_with_expected_and_observed(
     assert amp is not None and amp.get("message") == "expected ≤ 1.5×, observed 7.3× (n=180)"
     aborted = ET.parse(aborted_run[1] / "junit.xml").getroot().find("testsuite")
     assert aborted is not None
-    assert (aborted.get("tests"), aborted.get("failures"), aborted.get("errors"),
-            aborted.get("skipped")) == ("6", "1", "1", "4")
+    assert (
+        aborted.get("tests"),
+        aborted.get("failures"),
+        aborted.get("errors"),
+        aborted.get("skipped"),
+    ) == ("6", "1", "1", "4")
 
 
 def test_faultday_report_renders_again_from_the_journal(failed_run: tuple[Journal, Path]) -> None:

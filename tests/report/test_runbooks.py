@@ -6,15 +6,34 @@ import re
 from pathlib import Path
 
 import pytest
-
-from faultday.report import runbooks as rb
 from tests.conftest import ROOT, faultday
 
-FAILURE_MODES = ["agent-crash", "gpu-hang", "gpu-loss", "kv-pressure", "llm-latency",
-                 "model-rollout", "redis-outage", "retrieval-degraded", "retry-storm",
-                 "tool-overload", "vector-store-outage"]
-STRUCTURE = ["What counts as an incident", "Detection signals", "First checks", "Switching traffic",
-             "Actions", "Notify", "Verify recovery", "Collect for the postmortem", "Last game day"]
+from faultday.report import runbooks as rb
+
+FAILURE_MODES = [
+    "agent-crash",
+    "gpu-hang",
+    "gpu-loss",
+    "kv-pressure",
+    "llm-latency",
+    "model-rollout",
+    "redis-outage",
+    "retrieval-degraded",
+    "retry-storm",
+    "tool-overload",
+    "vector-store-outage",
+]
+STRUCTURE = [
+    "What counts as an incident",
+    "Detection signals",
+    "First checks",
+    "Switching traffic",
+    "Actions",
+    "Notify",
+    "Verify recovery",
+    "Collect for the postmortem",
+    "Last game day",
+]
 RUNBOOKS = ROOT / "runbooks"
 
 
@@ -28,10 +47,12 @@ def test_every_failure_mode_has_a_runbook() -> None:
 
 @pytest.mark.parametrize("name", FAILURE_MODES)
 def test_local_and_k8s_agree_in_structure_and_differ_in_commands(name: str) -> None:
-    local = rb.render_runbook(name, facts=rb.facts_from_profile("local", base_dir=ROOT),
-                              runbook_dir=RUNBOOKS)
-    k8s = rb.render_runbook(name, facts=rb.facts_from_profile("k8s", base_dir=ROOT),
-                            runbook_dir=RUNBOOKS)
+    local = rb.render_runbook(
+        name, facts=rb.facts_from_profile("local", base_dir=ROOT), runbook_dir=RUNBOOKS
+    )
+    k8s = rb.render_runbook(
+        name, facts=rb.facts_from_profile("k8s", base_dir=ROOT), runbook_dir=RUNBOOKS
+    )
     assert rb.headings(local) == rb.headings(k8s)
     assert [h[3:] for h in rb.headings(local) if h.startswith("## ")] == STRUCTURE
     lb, kb = _blocks(local), _blocks(k8s)
@@ -47,12 +68,24 @@ def test_local_and_k8s_agree_in_structure_and_differ_in_commands(name: str) -> N
 
 def test_game_day_numbers_are_quoted_where_the_runbook_applies() -> None:
     facts = rb.facts_from_profile("local", base_dir=ROOT)
-    numbers = [rb.Measured(scenario="gpu-loss-primary", runbook="gpu-loss", check="recovery_time",
-                           label="after xid79: recovery_time", window="after xid79",
-                           expected="≤ 20s", observed="4.2s", verdict="passed", date="2026-03-31")]
+    numbers = [
+        rb.Measured(
+            scenario="gpu-loss-primary",
+            runbook="gpu-loss",
+            check="recovery_time",
+            label="after xid79: recovery_time",
+            window="after xid79",
+            expected="≤ 20s",
+            observed="4.2s",
+            verdict="passed",
+            date="2026-03-31",
+        )
+    ]
     text = rb.render_runbook("gpu-loss", facts=facts, runbook_dir=RUNBOOKS, results=numbers)
-    assert ("At the last game day (2026-03-31), `gpu-loss-primary` — after xid79: recovery_time: "
-            "observed 4.2s; budget ≤ 20s (**passed**).") in text
+    assert (
+        "At the last game day (2026-03-31), `gpu-loss-primary` — after xid79: recovery_time: "
+        "observed 4.2s; budget ≤ 20s (**passed**)."
+    ) in text
     other = rb.render_runbook("redis-outage", facts=facts, runbook_dir=RUNBOOKS, results=numbers)
     assert "No game-day results were given" in other
 
@@ -64,8 +97,9 @@ def test_an_undefined_name_in_a_template_is_an_error_not_a_blank(tmp_path: Path)
         '{% extends "_runbook.md.j2" %}{% block title %}{{ stack.llm_primray }}{% endblock %}'
     )
     with pytest.raises(rb.RunbookError, match="llm_primray"):
-        rb.render_runbook("typo", facts=rb.facts_from_profile("local", base_dir=ROOT),
-                          runbook_dir=tmp_path)
+        rb.render_runbook(
+            "typo", facts=rb.facts_from_profile("local", base_dir=ROOT), runbook_dir=tmp_path
+        )
 
 
 def test_markdown_to_html_escapes_raw_html() -> None:

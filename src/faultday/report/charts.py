@@ -1,4 +1,4 @@
-"""Charts as inline SVG (matplotlib, Agg-free SVG canvas), with fault windows shaded and labelled."""
+"""Charts as inline SVG (matplotlib's SVG canvas), fault windows shaded and labelled."""
 
 from __future__ import annotations
 
@@ -27,12 +27,18 @@ def _fault_spans(journal: Journal) -> list[tuple[str, float, float, bool]]:
     out = []
     for f in journal.faults:
         if f.injected_at is not None:
-            end = f.reverted_at if f.reverted_at is not None else f.injected_at + (f.duration or 0.0)
+            end = (
+                f.reverted_at if f.reverted_at is not None else f.injected_at + (f.duration or 0.0)
+            )
             out.append((f.name, f.injected_at, max(end, f.injected_at + 0.05), True))
         else:
             out.append((f.name, f.at, f.at + (f.duration or 0.05), False))
     if not out:  # an old journal without faults: fall back on the planned windows
-        out = [(w.fault or w.label, w.start, w.end, False) for w in journal.windows if w.kind == "fault"]
+        out = [
+            (w.fault or w.label, w.start, w.end, False)
+            for w in journal.windows
+            if w.kind == "fault"
+        ]
     return out
 
 
@@ -46,13 +52,23 @@ def _shade(ax: Axes, journal: Journal, *, label: bool = True) -> None:
         colour = FAULT_COLOURS[i % len(FAULT_COLOURS)]
         ax.axvspan(start, end, color=colour, alpha=0.15 if happened else 0.06, lw=0)
         if label:
-            ax.text(start, 1.0, f" {name}" + ("" if happened else " (planned)"), color=colour,
-                    transform=ax.get_xaxis_transform(), va="bottom", ha="left", fontsize=8,
-                    clip_on=False)
+            ax.text(
+                start,
+                1.0,
+                f" {name}" + ("" if happened else " (planned)"),
+                color=colour,
+                transform=ax.get_xaxis_transform(),
+                va="bottom",
+                ha="left",
+                fontsize=8,
+                clip_on=False,
+            )
     for ev in journal.events:
         if ev.kind == "abort":
             ax.axvline(ev.t, color="#c00", lw=1.2, ls="--")
-            ax.text(ev.t, 0.5, " abort", color="#c00", transform=ax.get_xaxis_transform(), fontsize=8)
+            ax.text(
+                ev.t, 0.5, " abort", color="#c00", transform=ax.get_xaxis_transform(), fontsize=8
+            )
 
 
 def _figure(height: float = 2.6) -> tuple[Figure, Axes]:
@@ -68,7 +84,7 @@ def _svg(fig: Figure, salt: str) -> str:
     buf = io.StringIO()
     # Text as text (small, selectable); a salt per chart keeps element ids unique in one page.
     with mpl.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
-        FigureCanvasSVG(fig).print_svg(buf)
+        FigureCanvasSVG(fig).print_svg(buf)  # type: ignore[no-untyped-call]
     return _prefix_ids(_PROLOGUE.sub("", buf.getvalue(), count=1).strip(), salt)
 
 
@@ -87,10 +103,17 @@ def _plot(ax: Axes, s: Series, label: str, *, scale: float = 1.0, **kw: object) 
 def timeline_chart(journal: Journal) -> Chart:
     spans = _fault_spans(journal)
     fig, ax = _figure(1.0 + 0.35 * max(1, len(spans)))
-    for i, (name, start, end, happened) in enumerate(spans):
+    for i, (_name, start, end, happened) in enumerate(spans):
         colour = FAULT_COLOURS[i % len(FAULT_COLOURS)]
-        ax.barh(i, end - start, left=start, color=colour, alpha=0.85 if happened else 0.25,
-                hatch=None if happened else "//", edgecolor=colour)
+        ax.barh(
+            i,
+            end - start,
+            left=start,
+            color=colour,
+            alpha=0.85 if happened else 0.25,
+            hatch=None if happened else "//",
+            edgecolor=colour,
+        )
     ax.set_yticks(range(len(spans)), [s[0] for s in spans], fontsize=8)
     ax.invert_yaxis()
     for w in journal.windows:
@@ -98,15 +121,23 @@ def timeline_chart(journal: Journal) -> Chart:
             ax.axvspan(w.start, w.end, color="#888", alpha=0.06, lw=0)
     for ev in journal.events:
         if ev.kind in ("abort", "error") or ev.kind.startswith(("breaker", "restart", "component")):
-            ax.axvline(ev.t, color="#c00" if ev.kind in ("abort", "error") else "#555", lw=0.8,
-                       ls="--" if ev.kind == "abort" else ":")
+            ax.axvline(
+                ev.t,
+                color="#c00" if ev.kind in ("abort", "error") else "#555",
+                lw=0.8,
+                ls="--" if ev.kind == "abort" else ":",
+            )
     ax.set_xlim(min(0.0, *(s[1] for s in spans)) if spans else 0.0, _x_end(journal))
     ax.set_xlabel("scenario time (s)", fontsize=8)
     return Chart("timeline", "Fault timeline", _svg(fig, f"{journal.run_id}-timeline"))
 
 
 def _line_chart(
-    journal: Journal, name: str, title: str, lines: Sequence[tuple[Series, str, float]], ylabel: str,
+    journal: Journal,
+    name: str,
+    title: str,
+    lines: Sequence[tuple[Series, str, float]],
+    ylabel: str,
 ) -> Chart:
     fig, ax = _figure()
     for s, label, scale in lines:
@@ -117,8 +148,14 @@ def _line_chart(
     ax.set_ylabel(ylabel, fontsize=8)
     ax.set_xlabel("scenario time (s)", fontsize=8)
     # Above the plot, so every chart keeps the same plot width and the x axes line up.
-    ax.legend(fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.02), ncol=4, frameon=False,
-              borderaxespad=0.0)
+    ax.legend(
+        fontsize=7,
+        loc="lower right",
+        bbox_to_anchor=(1.0, 1.02),
+        ncol=4,
+        frameon=False,
+        borderaxespad=0.0,
+    )
     return Chart(name, title, _svg(fig, f"{journal.run_id}-{name}"))
 
 
@@ -129,26 +166,37 @@ def make_charts(journal: Journal, series: SeriesSet) -> list[Chart]:
         return charts
     lat = [
         (s, label, 1000.0)
-        for key, label in (("load_e2e_p50", "e2e p50"), ("load_e2e_p99", "e2e p99"),
-                           ("load_ttft_p50", "TTFT p50"), ("load_ttft_p99", "TTFT p99"))
+        for key, label in (
+            ("load_e2e_p50", "e2e p50"),
+            ("load_e2e_p99", "e2e p99"),
+            ("load_ttft_p50", "TTFT p50"),
+            ("load_ttft_p99", "TTFT p99"),
+        )
         if (s := series.get(key)) is not None
     ]
     if lat:
-        charts.append(_line_chart(journal, "latency", "Latency p50/p99 and time to first token",
-                                  lat, "ms"))
+        charts.append(
+            _line_chart(journal, "latency", "Latency p50/p99 and time to first token", lat, "ms")
+        )
     interval = series.interval()
     tput = [
         (s, label, scale)
-        for key, label, scale in (("load_rps", "requests/s", 1.0),
-                                  ("load_errors", "errors/s", 1.0 / interval))
+        for key, label, scale in (
+            ("load_rps", "requests/s", 1.0),
+            ("load_errors", "errors/s", 1.0 / interval),
+        )
         if (s := series.get(key)) is not None
     ]
     if tput:
-        charts.append(_line_chart(journal, "throughput", "Requests/s and errors/s", tput, "per second"))
+        charts.append(
+            _line_chart(journal, "throughput", "Requests/s and errors/s", tput, "per second")
+        )
     deg = [(s, s.label("reason"), 100.0) for s in series.all("load_degraded_share") if s.labels]
     total = series.get("load_degraded_share")
     if total is not None:
         deg.insert(0, (total, "all degraded", 100.0))
     if deg:
-        charts.append(_line_chart(journal, "degraded", "Degraded share by reason", deg, "% of requests"))
+        charts.append(
+            _line_chart(journal, "degraded", "Degraded share by reason", deg, "% of requests")
+        )
     return charts

@@ -6,7 +6,7 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -19,6 +19,10 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+
+if TYPE_CHECKING:
+    from faultday.engine.runner import Status
+    from faultday.report.journal import Journal
 
 console = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
@@ -59,10 +63,14 @@ def report(
 
 @runbook_app.command("render")
 def runbook_render(
-    stack: Annotated[str, typer.Option("--stack", help="Stack profile: local, k8s, docker or a path.")],
+    *,
+    stack: Annotated[
+        str, typer.Option("--stack", help="Stack profile: local, k8s, docker or a path.")
+    ],
     out_dir: Annotated[Path, typer.Option("--out", help="Folder for the Markdown and HTML.")],
     results: Annotated[
-        Path | None, typer.Option("--results", help="A game-day folder: quote its measured numbers.")
+        Path | None,
+        typer.Option("--results", help="A game-day folder: quote its measured numbers."),
     ] = None,
     driver: Annotated[
         str | None, typer.Option("--driver", help="local, docker or k8s (default: from --stack).")
@@ -82,22 +90,29 @@ def runbook_render(
         raise UsageError("no runbooks/ folder with runbook templates here")
     facts = rb.facts_from_profile(stack, base_dir=base, driver=driver)
     numbers = measured(read_gameday(results)) if results is not None else []
-    done = rb.render_runbooks(facts=facts, runbook_dir=rdir, out_dir=out_dir, results=numbers,
-                              names=name or None)
+    done = rb.render_runbooks(
+        facts=facts, runbook_dir=rdir, out_dir=out_dir, results=numbers, names=name or None
+    )
     for r in done:
         out.print(f"{r.name}: {r.markdown} {r.html}")
     out.print(f"index: {out_dir / 'index.html'}")
 
 
 def gameday(
+    *,
     paths: Annotated[
         list[Path] | None, typer.Argument(help="Scenario files or folders (default: scenarios/).")
     ] = None,
-    tag: Annotated[list[str] | None, typer.Option("--tag", help="Only scenarios with this tag.")] = None,
+    tag: Annotated[
+        list[str] | None, typer.Option("--tag", help="Only scenarios with this tag.")
+    ] = None,
     time_scale: Annotated[
-        float, typer.Option("--time-scale", min=0.001, max=100.0, help="Compress every scenario time.")
+        float,
+        typer.Option("--time-scale", min=0.001, max=100.0, help="Compress every scenario time."),
     ] = 1.0,
-    report_dir: Annotated[Path, typer.Option("--report-dir", help="Where game days go.")] = Path("reports"),
+    report_dir: Annotated[Path, typer.Option("--report-dir", help="Where game days go.")] = Path(
+        "reports"
+    ),
     fresh_stack: Annotated[
         bool, typer.Option("--fresh-stack", help="A new stack per scenario (no reuse).")
     ] = False,
@@ -105,12 +120,14 @@ def gameday(
         str | None, typer.Option("--runbook-stack", help="Profile the runbooks are rendered for.")
     ] = None,
     progress: Annotated[
-        bool | None, typer.Option("--progress/--no-progress", help="Live display (default: on a TTY).")
+        bool | None,
+        typer.Option("--progress/--no-progress", help="Live display (default: on a TTY)."),
     ] = None,
 ) -> None:
     """Run a suite of scenarios; write the scorecard, trend, JUnit and runbooks."""
     from faultday.cli import VERDICT_EXIT
     from faultday.report import gameday as gdm
+    from faultday.report.view import scenario_name
 
     show = sys.stderr.isatty() if progress is None else progress
     state: dict[str, object] = {}
@@ -123,8 +140,15 @@ def gameday(
         if run is not None:
             run.request_stop(f"interrupted by {signal.Signals(signum).name}")  # type: ignore[attr-defined]
 
-    bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                   MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=not show)
+    bar = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not show,
+    )
     tasks: dict[str, TaskID] = {}
 
     def on_start(i: int, n: int, name: str) -> None:
@@ -136,31 +160,42 @@ def gameday(
         if not show:
             console.print(f"[{i + 1}/{n}] {name} …")
 
-    def on_status(st: object) -> None:
+    def on_status(st: Status) -> None:
         if "one" in tasks:
-            bar.update(tasks["one"], total=max(1.0, st.duration), completed=max(0.0, st.t),  # type: ignore[attr-defined]
-                       description=f"  {st.phase} · faults: {', '.join(st.active_faults) or '—'}")  # type: ignore[attr-defined]
+            bar.update(
+                tasks["one"],
+                total=max(1.0, st.duration),
+                completed=max(0.0, st.t),
+                description=f"  {st.phase} · faults: {', '.join(st.active_faults) or '—'}",
+            )
 
-    def on_done(i: int, n: int, journal: object) -> None:
+    def on_done(i: int, n: int, journal: Journal) -> None:
         bar.update(tasks["all"], completed=i + 1)
-        v = journal.verdict  # type: ignore[attr-defined]
+        v = journal.verdict
         colour = {"passed": "green", "failed": "red"}.get(v, "yellow")
-        bar.console.print(f"[{colour}]{v.upper():8}[/] {gdm.scenario_name(journal)} — {journal.reason}")  # type: ignore[arg-type,attr-defined]
+        bar.console.print(f"[{colour}]{v.upper():8}[/] {scenario_name(journal)} — {journal.reason}")
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with bar:
             gd, folder = gdm.run_gameday(
-                paths or [Path("scenarios")], tags=tag or (), time_scale=time_scale,
-                report_dir=report_dir, reuse_stack=not fresh_stack, runbook_stack=runbook_stack,
+                paths or [Path("scenarios")],
+                tags=tag or (),
+                time_scale=time_scale,
+                report_dir=report_dir,
+                reuse_stack=not fresh_stack,
+                runbook_stack=runbook_stack,
                 progress=gdm.Progress(on_start=on_start, on_status=on_status, on_done=on_done),
-                stop=lambda: bool(state.get("stop")), on_run=lambda r: state.__setitem__("run", r),
+                stop=lambda: bool(state.get("stop")),
+                on_run=lambda r: state.__setitem__("run", r),
             )
     finally:
         for s, h in old.items():
             signal.signal(s, h)
     score = "—" if gd.score is None else f"{gd.score:.1f}"
-    console.print(f"game day {gd.verdict.upper()} — resilience score {score}"
-                  + (f" (previous {gd.previous})" if gd.previous else ""))
+    console.print(
+        f"game day {gd.verdict.upper()} — resilience score {score}"
+        + (f" (previous {gd.previous})" if gd.previous else "")
+    )
     out.print(f"index: {folder / 'index.html'}")
     raise typer.Exit(VERDICT_EXIT[gd.verdict])

@@ -40,15 +40,31 @@ GAMEDAY_PREFIX = "gameday-"
 # lost work and double side effects worst, then errors and a missing degradation path,
 # then the mechanisms (breakers, retries), then speed.
 CHECK_WEIGHTS: dict[str, float] = {
-    "tasks_lost": 5.0, "duplicate_side_effects": 5.0,
-    "error_rate": 3.0, "fallback_rate": 3.0, "recovery_time": 3.0,
-    "breaker": 2.0, "retry_amplification": 2.0, "degraded_reason": 2.0, "recall": 2.0, "audit": 2.0,
-    "latency": 1.0, "throughput": 1.0, "goodput": 1.0, "health": 1.0, "metric": 1.0,
+    "tasks_lost": 5.0,
+    "duplicate_side_effects": 5.0,
+    "error_rate": 3.0,
+    "fallback_rate": 3.0,
+    "recovery_time": 3.0,
+    "breaker": 2.0,
+    "retry_amplification": 2.0,
+    "degraded_reason": 2.0,
+    "recall": 2.0,
+    "audit": 2.0,
+    "latency": 1.0,
+    "throughput": 1.0,
+    "goodput": 1.0,
+    "health": 1.0,
+    "metric": 1.0,
 }
 DEFAULT_WEIGHT = 1.0
 # The worse of two verdicts decides a game day's exit status.
-VERDICT_RANK = {RunVerdict.PASSED: 0, RunVerdict.FAILED: 1, RunVerdict.ABORTED: 2,
-                RunVerdict.ERROR: 3, RunVerdict.RUNNING: 3}
+VERDICT_RANK = {
+    RunVerdict.PASSED: 0,
+    RunVerdict.FAILED: 1,
+    RunVerdict.ABORTED: 2,
+    RunVerdict.ERROR: 3,
+    RunVerdict.RUNNING: 3,
+}
 
 
 def weight(check: str) -> float:
@@ -129,16 +145,31 @@ def read_gameday(folder: Path) -> GameDay:
 def scenario_checks(journal: Journal) -> list[GameDayCheck]:
     """Judged checks, plus declared ones a stopped run never judged (counted as not passed)."""
     out = [
-        GameDayCheck(section=c.section, check=c.check, label=c.label, window=c.window,
-                     verdict=c.verdict, expected=c.expected, observed=c.observed,
-                     weight=weight(c.check))
+        GameDayCheck(
+            section=c.section,
+            check=c.check,
+            label=c.label,
+            window=c.window,
+            verdict=c.verdict,
+            expected=c.expected,
+            observed=c.observed,
+            weight=weight(c.check),
+        )
         for c in journal.checks
     ]
     for item in not_evaluated(journal):
         section, _, label = item.partition(": ")
         check = label.rsplit(": ", 1)[-1]
-        out.append(GameDayCheck(section=section, check=check, label=label, window="",
-                                verdict="not-evaluated", weight=weight(check)))
+        out.append(
+            GameDayCheck(
+                section=section,
+                check=check,
+                label=label,
+                window="",
+                verdict="not-evaluated",
+                weight=weight(check),
+            )
+        )
     return out
 
 
@@ -156,9 +187,15 @@ def summarize(journal: Journal, gameday_dir: Path) -> GameDayScenario:
     if journal.verdict in (RunVerdict.ERROR, RunVerdict.RUNNING) and not checks:
         sc = 0.0  # a scenario that could not run proves nothing: it scores zero
     return GameDayScenario(
-        name=scenario_name(journal), title=journal.title, file=journal.scenario_file,
-        run_dir=os.path.relpath(journal.run_dir, gameday_dir), verdict=journal.verdict,
-        reason=journal.reason, severity=journal.severity, runbook=journal.runbook, score=sc,
+        name=scenario_name(journal),
+        title=journal.title,
+        file=journal.scenario_file,
+        run_dir=os.path.relpath(journal.run_dir, gameday_dir),
+        verdict=journal.verdict,
+        reason=journal.reason,
+        severity=journal.severity,
+        runbook=journal.runbook,
+        score=sc,
         checks=checks,
     )
 
@@ -173,8 +210,9 @@ def overall(gd: GameDay) -> None:
         w = sum(c.weight for c in checks)
         total = round((total or 0.0) * w / (w + len(errored)), 1)
     gd.score = total if checks else (0.0 if errored else None)
-    gd.verdict = max((s.verdict for s in gd.scenarios), key=lambda v: VERDICT_RANK[v],
-                     default=RunVerdict.PASSED)
+    gd.verdict = max(
+        (s.verdict for s in gd.scenarios), key=lambda v: VERDICT_RANK[v], default=RunVerdict.PASSED
+    )
 
 
 # ---- trend ------------------------------------------------------------------------
@@ -231,7 +269,9 @@ def find_previous(report_dir: Path, current: GameDay) -> GameDay | None:
     return best
 
 
-def trends(previous: GameDay | None, current: GameDay) -> tuple[list[ScenarioTrend], list[CheckTrend]]:
+def trends(
+    previous: GameDay | None, current: GameDay
+) -> tuple[list[ScenarioTrend], list[CheckTrend]]:
     if previous is None:
         return [], []
     prev = {s.name: s for s in previous.scenarios}
@@ -251,11 +291,33 @@ def trends(previous: GameDay | None, current: GameDay) -> tuple[list[ScenarioTre
         for c in s.checks:
             b = before.get(c.key)
             if b is None:
-                ct.append(CheckTrend(s.name, c.label, c.section, c.window, "—", c.verdict, "",
-                                     c.observed, Trend.NEW))
+                ct.append(
+                    CheckTrend(
+                        s.name,
+                        c.label,
+                        c.section,
+                        c.window,
+                        "—",
+                        c.verdict,
+                        "",
+                        c.observed,
+                        Trend.NEW,
+                    )
+                )
                 continue
-            ct.append(CheckTrend(s.name, c.label, c.section, c.window, b.verdict, c.verdict,
-                                 b.observed, c.observed, _direction(b.verdict, c.verdict)))
+            ct.append(
+                CheckTrend(
+                    s.name,
+                    c.label,
+                    c.section,
+                    c.window,
+                    b.verdict,
+                    c.verdict,
+                    b.observed,
+                    c.observed,
+                    _direction(b.verdict, c.verdict),
+                )
+            )
     return st, ct
 
 
@@ -271,8 +333,10 @@ class Progress:
     on_done: Callable[[int, int, Journal], None] | None = None
 
 
-def load_suite(paths: Sequence[Path], *, tags: Sequence[str], base_dir: Path) -> list[LoadedScenario]:
-    """Every scenario under ``paths`` carrying one of ``tags``; all invalid ones reported at once."""
+def load_suite(
+    paths: Sequence[Path], *, tags: Sequence[str], base_dir: Path
+) -> list[LoadedScenario]:
+    """Scenarios under ``paths`` with one of ``tags``; every invalid one reported at once."""
     from faultday.scenario.loader import find_scenarios, load_scenario
 
     files = find_scenarios(paths)
@@ -301,8 +365,10 @@ def _target_resolver(base_dir: Path) -> Callable[[str], dict[str, TargetKind]]:
 
     def resolve(stack: str) -> dict[str, TargetKind]:
         profile = load_profile(stack, base_dir=base_dir)
-        return {n: TargetKind.EDGE if EDGE_SEP in n else TargetKind.COMPONENT
-                for n in profile.target_names()}
+        return {
+            n: TargetKind.EDGE if EDGE_SEP in n else TargetKind.COMPONENT
+            for n in profile.target_names()
+        }
 
     return resolve
 
@@ -336,12 +402,20 @@ class _StackPool:
         self.count += 1
         folder = self.dir / f"stack-{self.count}"
         folder.mkdir(parents=True, exist_ok=True)
-        stack = build_stack(spec.stack, scenario_file=loaded.file, base_dir=self.base_dir,
-                            run_dir=folder, ledger=Ledger.in_dir(folder), policy=spec.policy)
+        stack = build_stack(
+            spec.stack,
+            scenario_file=loaded.file,
+            base_dir=self.base_dir,
+            run_dir=folder,
+            ledger=Ledger.in_dir(folder),
+            policy=spec.policy,
+        )
         stack.up()  # type: ignore[attr-defined]
         self.stack, self.key = stack, key
-        self.notes.append(f"stack {self.count} ({key[0]}, policy {key[1] or 'default'}) "
-                          f"up for {loaded.scenario.name}; logs in {folder.name}/")
+        self.notes.append(
+            f"stack {self.count} ({key[0]}, policy {key[1] or 'default'}) "
+            f"up for {loaded.scenario.name}; logs in {folder.name}/"
+        )
         return stack
 
     def after(self, journal: Journal) -> None:
@@ -361,7 +435,7 @@ class _StackPool:
     def _unready(self) -> str:
         try:
             info = self.stack.describe()  # type: ignore[union-attr]
-        except Exception as exc:  # a stack that cannot describe itself is not reused
+        except Exception as exc:  # noqa: BLE001 - a stack that cannot describe itself is not reused
             return f"cannot describe it: {exc}"
         bad = [c.name for c in info.components if c.health not in ("ready", "running")]
         return f"not ready: {', '.join(bad)}" if bad else ""
@@ -377,13 +451,19 @@ class _StackPool:
 
 
 def run_gameday(
-    paths: Sequence[Path], *, tags: Sequence[str] = (), time_scale: float = 1.0,
-    report_dir: Path = Path("reports"), base_dir: Path | None = None, reuse_stack: bool = True,
-    progress: Progress | None = None, runbook_stack: str | None = None,
+    paths: Sequence[Path],
+    *,
+    tags: Sequence[str] = (),
+    time_scale: float = 1.0,
+    report_dir: Path = Path("reports"),
+    base_dir: Path | None = None,
+    reuse_stack: bool = True,
+    progress: Progress | None = None,
+    runbook_stack: str | None = None,
     stop: Callable[[], bool] | None = None,
     on_run: Callable[[object], None] | None = None,
 ) -> tuple[GameDay, Path]:
-    """Run every scenario one after the other; write the game day's outputs. Returns it and its folder."""
+    """Run every scenario in turn; write the game day's outputs; return it and its folder."""
     from faultday.report.render import render_all
 
     base = base_dir or Path.cwd()
@@ -396,8 +476,13 @@ def run_gameday(
         n += 1
         folder = report_dir / f"{GAMEDAY_PREFIX}{now.strftime('%Y%m%dT%H%M%S')}-{n}"
     folder.mkdir(parents=True)
-    gd = GameDay(id=folder.name, started=now.timestamp(), time_scale=time_scale, tags=list(tags),
-                 paths=[str(p) for p in paths])
+    gd = GameDay(
+        id=folder.name,
+        started=now.timestamp(),
+        time_scale=time_scale,
+        tags=list(tags),
+        paths=[str(p) for p in paths],
+    )
     gd.write(folder)
     pool = _StackPool(folder, base_dir=base, notes=gd.stack_notes) if reuse_stack else None
     journals: list[Journal] = []
@@ -408,8 +493,15 @@ def run_gameday(
                 break
             if prog.on_start:
                 prog.on_start(i, len(suite), loaded.scenario.name)
-            journal = _run_one(loaded, folder=folder, base=base, time_scale=time_scale,
-                               pool=pool, on_status=prog.on_status, on_run=on_run)
+            journal = _run_one(
+                loaded,
+                folder=folder,
+                base=base,
+                time_scale=time_scale,
+                pool=pool,
+                on_status=prog.on_status,
+                on_run=on_run,
+            )
             for err in render_all(journal, Path(journal.run_dir)):
                 log.error("report error: %s", err)
             journals.append(journal)
@@ -425,14 +517,27 @@ def run_gameday(
         previous = find_previous(report_dir, gd)
         gd.previous = previous.id if previous else None
         gd.write(folder)
-        render_gameday(gd, folder, journals=journals, previous=previous, base_dir=base,
-                       runbook_stack=runbook_stack or _suite_stack(suite))
+        render_gameday(
+            gd,
+            folder,
+            journals=journals,
+            previous=previous,
+            base_dir=base,
+            runbook_stack=runbook_stack or _suite_stack(suite),
+        )
     return gd, folder
 
 
-def _run_one(loaded: LoadedScenario, *, folder: Path, base: Path, time_scale: float,
-             pool: _StackPool | None, on_status: Callable[[Status], None] | None,
-             on_run: Callable[[object], None] | None) -> Journal:
+def _run_one(
+    loaded: LoadedScenario,
+    *,
+    folder: Path,
+    base: Path,
+    time_scale: float,
+    pool: _StackPool | None,
+    on_status: Callable[[Status], None] | None,
+    on_run: Callable[[object], None] | None,
+) -> Journal:
     from faultday.engine.runner import Run, RunOptions
     from faultday.engine.stacks import default_stack_factory
 
@@ -444,8 +549,8 @@ def _run_one(loaded: LoadedScenario, *, folder: Path, base: Path, time_scale: fl
     if pool is not None:
         try:
             options.shared_stack = pool.get(loaded)
-        except Exception as exc:  # the run records the stack error in its own journal
-            log.error("stack for %s did not come up: %s", loaded.scenario.name, exc)
+        except Exception:
+            log.exception("shared stack for %s did not come up", loaded.scenario.name)
             options.shared_stack = None
     journal: Journal = the_run.execute(default_stack_factory)
     if pool is not None and options.shared_stack is not None:
@@ -468,17 +573,32 @@ def measured(gd: GameDay) -> list[Measured]:
 
     date = datetime.fromtimestamp(gd.started, UTC).strftime("%Y-%m-%d")
     return [
-        Measured(scenario=s.name, runbook=s.runbook or "", check=c.check, label=c.label,
-                 window=c.window, expected=c.expected, observed=c.observed, verdict=c.verdict,
-                 date=date)
+        Measured(
+            scenario=s.name,
+            runbook=s.runbook or "",
+            check=c.check,
+            label=c.label,
+            window=c.window,
+            expected=c.expected,
+            observed=c.observed,
+            verdict=c.verdict,
+            date=date,
+        )
         for s in gd.scenarios
         for c in s.checks
         if s.runbook
     ]
 
 
-def render_gameday(gd: GameDay, folder: Path, *, journals: Sequence[Journal],
-                   previous: GameDay | None, base_dir: Path, runbook_stack: str) -> None:
+def render_gameday(
+    gd: GameDay,
+    folder: Path,
+    *,
+    journals: Sequence[Journal],
+    previous: GameDay | None,
+    base_dir: Path,
+    runbook_stack: str,
+) -> None:
     """``index.html``, ``junit.xml`` and ``runbooks/`` of a game day."""
     from faultday.report import runbooks as rb
     from faultday.report.html import gameday_page
@@ -492,17 +612,23 @@ def render_gameday(gd: GameDay, folder: Path, *, journals: Sequence[Journal],
     else:
         try:
             facts = rb.facts_from_profile(runbook_stack, base_dir=base_dir)
-            rb.render_runbooks(facts=facts, runbook_dir=rdir, out_dir=folder / "runbooks",
-                               results=measured(gd))
+            rb.render_runbooks(
+                facts=facts, runbook_dir=rdir, out_dir=folder / "runbooks", results=measured(gd)
+            )
         except (FaultdayError, ScenarioError) as exc:
             runbook_note = f"runbooks not rendered: {exc}"
-            log.error("%s", runbook_note)
+            log.exception("%s", runbook_note)
     st, ct = trends(previous, gd)
     (folder / "index.html").write_text(
-        gameday_page(gd=gd, previous=previous, scenario_trends=st, check_trends=ct,
-                     weights=CHECK_WEIGHTS, default_weight=DEFAULT_WEIGHT,
-                     runbooks=(folder / "runbooks" / "index.html").is_file(),
-                     runbook_note=runbook_note),
+        gameday_page(
+            gd=gd,
+            previous=previous,
+            scenario_trends=st,
+            check_trends=ct,
+            weights=CHECK_WEIGHTS,
+            default_weight=DEFAULT_WEIGHT,
+            runbooks=(folder / "runbooks" / "index.html").is_file(),
+            runbook_note=runbook_note,
+        ),
         encoding="utf-8",
     )
-

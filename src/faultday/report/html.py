@@ -62,13 +62,14 @@ def environment(*, html: bool) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         undefined=jinja2.StrictUndefined,
-        autoescape=html,
+        autoescape=html,  # noqa: S701 - Markdown output is text; every HTML page escapes
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
     env.filters.update(num=num, pct=pct, md=md_inline, fence=fence, markdown=_markdown)
-    env.globals["css"] = _css()
+    # Our own stylesheet, not data: escaping it would break quoted font names inside <style>.
+    env.globals["css"] = Markup(_css()) if html else _css()  # noqa: S704
     return env
 
 
@@ -77,20 +78,30 @@ def report_html(view: ReportView) -> str:
 
 
 def report_markdown(view: ReportView, chart_files: Sequence[tuple[str, str]]) -> str:
-    return environment(html=False).get_template("report.md.j2").render(
-        v=view, j=view.journal, chart_files=list(chart_files)
+    return (
+        environment(html=False)
+        .get_template("report.md.j2")
+        .render(v=view, j=view.journal, chart_files=list(chart_files))
     )
 
 
 def runbook_page(*, title: str, body: str, facts: StackFacts) -> str:
-    return environment(html=True).get_template("runbook.html.j2").render(
-        title=title, body=Markup(body), facts=facts  # noqa: S704 - body comes from markdown_html
+    return (
+        environment(html=True)
+        .get_template("runbook.html.j2")
+        .render(
+            title=title,
+            body=Markup(body),  # noqa: S704 - body comes from markdown_html, which escapes
+            facts=facts,
+        )
     )
 
 
 def runbook_index_page(*, facts: StackFacts, runbooks: Sequence[RenderedRunbook]) -> str:
-    return environment(html=True).get_template("runbooks.html.j2").render(
-        facts=facts, runbooks=list(runbooks)
+    return (
+        environment(html=True)
+        .get_template("runbooks.html.j2")
+        .render(facts=facts, runbooks=list(runbooks))
     )
 
 

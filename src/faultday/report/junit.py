@@ -36,21 +36,32 @@ def suite_for(journal: Journal) -> ET.Element:
     wall = (journal.ended or journal.started) - journal.started if journal.started else 0.0
     suite = ET.Element("testsuite", name=name)
     props = ET.SubElement(suite, "properties")
-    for key, value in (("run_id", journal.run_id), ("verdict", str(journal.verdict)),
-                       ("reason", journal.reason), ("severity", journal.severity),
-                       ("runbook", journal.runbook or ""), ("stack", journal.stack_profile)):
+    for key, value in (
+        ("run_id", journal.run_id),
+        ("verdict", str(journal.verdict)),
+        ("reason", journal.reason),
+        ("severity", journal.severity),
+        ("runbook", journal.runbook or ""),
+        ("stack", journal.stack_profile),
+    ):
         ET.SubElement(props, "property", name=key, value=_clean(value))
     classname = f"faultday.{name}"
     for c in journal.checks:
-        case = ET.SubElement(suite, "testcase", classname=classname,
-                             name=_clean(f"[{c.section}] {c.window}: {c.label}"), time="0")
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=classname,
+            name=_clean(f"[{c.section}] {c.window}: {c.label}"),
+            time="0",
+        )
         msg = f"expected {c.expected or '?'}, observed {c.observed or '?'} (n={c.n})"
         body = _clean("\n".join(x for x in (msg, c.message) if x))
         if c.verdict == "failed":
             ET.SubElement(case, "failure", message=_clean(msg), type=f"check.{c.check}").text = body
         elif c.verdict == "error":
-            ET.SubElement(case, "error", message=_clean(c.message or "check error"),
-                          type=f"check.{c.check}").text = body
+            ET.SubElement(
+                case, "error", message=_clean(c.message or "check error"), type=f"check.{c.check}"
+            ).text = body
         elif c.verdict not in ("passed",):
             ET.SubElement(case, "skipped", message=_clean(f"{c.verdict}: {c.message}"))
     for label in not_evaluated(journal):
@@ -58,12 +69,18 @@ def suite_for(journal: Journal) -> ET.Element:
         ET.SubElement(case, "skipped", message=f"not evaluated: run {journal.verdict}")
     if journal.verdict in (RunVerdict.ABORTED, RunVerdict.ERROR, RunVerdict.RUNNING):
         case = ET.SubElement(suite, "testcase", classname=classname, name="run", time=f"{wall:.3f}")
-        ET.SubElement(case, "error", message=_clean(f"run {journal.verdict}: {journal.reason}"),
-                      type=f"run.{journal.verdict}").text = _clean("\n".join(journal.errors))
+        ET.SubElement(
+            case,
+            "error",
+            message=_clean(f"run {journal.verdict}: {journal.reason}"),
+            type=f"run.{journal.verdict}",
+        ).text = _clean("\n".join(journal.errors))
     counts = _counts(suite)
     suite.attrib.update({k: str(v) for k, v in counts.items()})
     suite.set("time", f"{wall:.3f}")
-    suite.set("timestamp", datetime.fromtimestamp(journal.started or 0, UTC).isoformat(timespec="seconds"))
+    suite.set(
+        "timestamp", datetime.fromtimestamp(journal.started or 0, UTC).isoformat(timespec="seconds")
+    )
     return suite
 
 

@@ -29,8 +29,15 @@ NAMESPACE = "faultday"  # Kubernetes namespace and compose project of the render
 LLM_TYPES = frozenset({"llmsim", "vllm"})
 # Service ports of the docker/k8s renderings (the official images' defaults).
 SERVICE_PORTS = {
-    "llmsim": 8000, "vllm": 8000, "triton": 8000, "qdrant": 6333, "redis": 6379,
-    "agent": 8080, "tools": 8090, "proxy": 8474, "command": 8080,
+    "llmsim": 8000,
+    "vllm": 8000,
+    "triton": 8000,
+    "qdrant": 6333,
+    "redis": 6379,
+    "agent": 8080,
+    "tools": 8090,
+    "proxy": 8474,
+    "command": 8080,
 }
 
 
@@ -52,7 +59,7 @@ class ComponentFact:
 
 @dataclass(frozen=True, slots=True)
 class PolicyFacts:
-    """The agent policy numbers a runbook quotes (``stack/agent.yaml``); strings as written there."""
+    """The agent policy numbers a runbook quotes (``stack/agent.yaml``), as written there."""
 
     name: str = "default"
     model_call_timeout: str = "n/a"
@@ -168,7 +175,8 @@ class Commands:
         return {
             Driver.LOCAL: f"faultday stack logs {component} --profile {self.facts.profile}",
             Driver.DOCKER: f"docker compose -p {NAMESPACE} logs --since 15m {component}",
-            Driver.K8S: f"kubectl -n {NAMESPACE} logs deploy/{component} --since=15m --all-containers",
+            Driver.K8S: f"kubectl -n {NAMESPACE} logs deploy/{component} --since=15m "
+            "--all-containers",
         }[self.driver]
 
     def restart(self, component: str) -> str:
@@ -201,7 +209,8 @@ class Commands:
         return {
             Driver.LOCAL: f"curl -s <url of {component} from `{self.status()}`>/metrics"
             f" | grep -E '{pattern}'",
-            Driver.DOCKER: f"curl -s http://$(docker compose -p {NAMESPACE} port {component} {port})"
+            Driver.DOCKER: "curl -s http://"
+            f"$(docker compose -p {NAMESPACE} port {component} {port})"
             f"/metrics | grep -E '{pattern}'",
             Driver.K8S: f"kubectl get --raw /api/v1/namespaces/{NAMESPACE}/services/"
             f"{component}:{port}/proxy/metrics | grep -E '{pattern}'",
@@ -221,7 +230,8 @@ class Commands:
     def proxies(self) -> str:
         return {
             Driver.LOCAL: f"curl -s <url of proxy from `{self.status()}`>/proxies",
-            Driver.DOCKER: f"curl -s http://$(docker compose -p {NAMESPACE} port toxiproxy 8474)/proxies",
+            Driver.DOCKER: "curl -s http://"
+            f"$(docker compose -p {NAMESPACE} port toxiproxy 8474)/proxies",
             Driver.K8S: f"kubectl -n {NAMESPACE} exec deploy/{self.facts.agent} -c toxiproxy -- "
             "wget -qO- http://127.0.0.1:8474/proxies",
         }[self.driver]
@@ -237,7 +247,8 @@ class Commands:
 
     def cordon(self, component: str) -> str:
         return {
-            Driver.LOCAL: f"# one host, no node to drain: keep {component} out until the GPU is back",
+            Driver.LOCAL: f"# one host, no node to drain: keep {component} out "
+            "until the GPU is back",
             Driver.DOCKER: f"docker compose -p {NAMESPACE} stop {component}"
             "   # one host: no node to drain",
             Driver.K8S: f"kubectl cordon <node of {component}> && "
@@ -262,7 +273,9 @@ class Commands:
     def recover(self) -> str:
         base = "faultday recover --report-dir reports"
         if self.driver == Driver.K8S:
-            return f"{base} && kubectl -n {NAMESPACE} delete podchaos,networkchaos,stresschaos --all"
+            return (
+                f"{base} && kubectl -n {NAMESPACE} delete podchaos,networkchaos,stresschaos --all"
+            )
         return base
 
     def rollback(self, component: str) -> str:
@@ -283,7 +296,8 @@ class Commands:
             "> incident-$(date +%Y%m%dT%H%M).log",
             Driver.K8S: f"kubectl -n {NAMESPACE} get events,pods -o yaml > incident-events.yaml && "
             f"for d in $(kubectl -n {NAMESPACE} get deploy -o name); do "
-            f"kubectl -n {NAMESPACE} logs $d --since=2h --all-containers > $(basename $d).log; done",
+            f"kubectl -n {NAMESPACE} logs $d --since=2h --all-containers "
+            "> $(basename $d).log; done",
         }[self.driver]
 
 
@@ -320,18 +334,26 @@ def policy_facts(agent_yaml: Path, policy: str) -> PolicyFacts:
         return "n/a" if v is None else str(v)
 
     return PolicyFacts(
-        name=policy, model_call_timeout=s(t, "model_call"), tool_call_timeout=s(t, "tool_call"),
-        request_timeout=s(t, "request"), redis_timeout=s(t, "redis"), vector_timeout=s(t, "vector"),
-        retry_attempts=s(r, "attempts"), retry_backoff_max=s(r, "backoff_max"),
-        retry_budget_ratio=s(r, "budget_ratio"), breakers=bool(b.get("enabled")),
-        breaker_threshold=s(b, "threshold"), breaker_reset_after=s(b, "reset_after"),
-        fallback=bool(p.get("fallback")), max_in_flight=s(a, "max_in_flight"),
+        name=policy,
+        model_call_timeout=s(t, "model_call"),
+        tool_call_timeout=s(t, "tool_call"),
+        request_timeout=s(t, "request"),
+        redis_timeout=s(t, "redis"),
+        vector_timeout=s(t, "vector"),
+        retry_attempts=s(r, "attempts"),
+        retry_backoff_max=s(r, "backoff_max"),
+        retry_budget_ratio=s(r, "budget_ratio"),
+        breakers=bool(b.get("enabled")),
+        breaker_threshold=s(b, "threshold"),
+        breaker_reset_after=s(b, "reset_after"),
+        fallback=bool(p.get("fallback")),
+        max_in_flight=s(a, "max_in_flight"),
         queue_timeout=s(a, "queue_timeout"),
     )
 
 
 def facts_from_profile(profile: str, *, base_dir: Path, driver: str | None = None) -> StackFacts:
-    """Facts of a stack profile; a docker/k8s name without its own profile uses ``local``'s components."""
+    """Facts of a stack profile; docker/k8s without a profile of their own use ``local``'s."""
     from faultday.stack.profile import load_profile
 
     drv = driver_for(profile, driver)
@@ -362,9 +384,11 @@ def facts_from_journal(journal: Journal, *, base_dir: Path) -> StackFacts:
             if isinstance(c, dict):
                 comps.append(ComponentFact(str(c.get("name", "")), str(c.get("type", "command"))))
     raw_edges = info.get("edges")
-    edges = tuple(
-        str(e.get("name", "")) for e in raw_edges if isinstance(e, dict)
-    ) if isinstance(raw_edges, list) else ()
+    edges = (
+        tuple(str(e.get("name", "")) for e in raw_edges if isinstance(e, dict))
+        if isinstance(raw_edges, list)
+        else ()
+    )
     spec = journal.scenario.get("spec")
     wanted = spec.get("policy") if isinstance(spec, dict) else None
     policy = str(info.get("policy") or wanted or "default")
@@ -415,7 +439,9 @@ def render_runbook(
         template = env.get_template(f"{name}{RUNBOOK_SUFFIX}")
     except jinja2.TemplateNotFound as exc:
         known = ", ".join(runbook_names(runbook_dir))
-        raise RunbookError(f"no runbook template {name!r} in {runbook_dir}; known: {known}") from exc
+        raise RunbookError(
+            f"no runbook template {name!r} in {runbook_dir}; known: {known}"
+        ) from exc
     mine = [r for r in results if r.runbook == name]
 
     def measured(*checks: str) -> list[Measured]:
@@ -423,8 +449,13 @@ def render_runbook(
 
     try:
         return template.render(
-            name=name, stack=facts, cmd=Commands(facts), p=facts.policy,
-            results=mine, measured=measured, driver=str(facts.driver),
+            name=name,
+            stack=facts,
+            cmd=Commands(facts),
+            p=facts.policy,
+            results=mine,
+            measured=measured,
+            driver=str(facts.driver),
         )
     except jinja2.TemplateError as exc:
         raise RunbookError(f"runbook {name!r} does not render: {exc}") from exc
@@ -480,7 +511,11 @@ class RenderedRunbook:
 
 
 def render_runbooks(
-    *, facts: StackFacts, runbook_dir: Path, out_dir: Path, results: Iterable[Measured] = (),
+    *,
+    facts: StackFacts,
+    runbook_dir: Path,
+    out_dir: Path,
+    results: Iterable[Measured] = (),
     names: Sequence[str] | None = None,
 ) -> list[RenderedRunbook]:
     """Write ``<name>.md`` and ``<name>.html`` per runbook, plus ``index.md``/``index.html``."""
@@ -503,5 +538,7 @@ def render_runbooks(
         + "".join(f"- [{r.name}]({r.markdown.name})\n" for r in done),
         encoding="utf-8",
     )
-    (out_dir / "index.html").write_text(runbook_index_page(facts=facts, runbooks=done), encoding="utf-8")
+    (out_dir / "index.html").write_text(
+        runbook_index_page(facts=facts, runbooks=done), encoding="utf-8"
+    )
     return done

@@ -66,7 +66,7 @@ def _labels(text: str) -> tuple[tuple[str, str], ...]:
 
 
 def read_series(run_dir: Path) -> SeriesSet:
-    """Load ``timeseries.csv`` from a run folder; an absent or unreadable file gives an empty set."""
+    """Load ``timeseries.csv`` from a run folder; an absent file gives an empty set."""
     path = run_dir / CSV_NAME
     if not path.is_file():
         return SeriesSet()

@@ -11,6 +11,7 @@ import logging
 import math
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -166,8 +167,13 @@ def _timeline(journal: Journal) -> tuple[list[TimelineRow], int]:
     kept = sorted(important + rest[:room], key=lambda e: (e.t, e.wall))
     rows = [
         TimelineRow(
-            t=e.t, kind=e.kind, css=_css(e.kind), what=e.message, fault=e.fault or "",
-            target=e.target or "", details=_details(e),
+            t=e.t,
+            kind=e.kind,
+            css=_css(e.kind),
+            what=e.message,
+            fault=e.fault or "",
+            target=e.target or "",
+            details=_details(e),
         )
         for e in kept
     ]
@@ -176,8 +182,9 @@ def _timeline(journal: Journal) -> tuple[list[TimelineRow], int]:
 
 def _checks(journal: Journal) -> list[CheckRow]:
     return [
-        CheckRow(c.section, c.window, c.label, c.check, c.expected, c.observed, c.verdict, c.n,
-                 c.message)
+        CheckRow(
+            c.section, c.window, c.label, c.check, c.expected, c.observed, c.verdict, c.n, c.message
+        )
         for c in journal.checks
     ]
 
@@ -198,7 +205,7 @@ def _spec_labels(journal: Journal) -> list[tuple[str, str]]:
     return out
 
 
-def _label(item: dict[str, object]) -> str:
+def _label(item: Mapping[str, object]) -> str:
     if item.get("name"):
         return str(item["name"])
     check = str(item.get("check", "?"))
@@ -249,27 +256,38 @@ def impact(journal: Journal, series: SeriesSet) -> Impact:
     if req is None or err is None:
         return Impact(slo_error_rate=slo, note="no load data in this run (no timeseries.csv)")
     deg = series.get("load_degraded_share")
-    n = int(round(sum(req.v)))
-    e = int(round(sum(err.v)))
+    n = round(sum(req.v))
+    e = round(sum(err.v))
     degraded = (
-        int(round(sum(s * r for s, r in zip(deg.v, req.v, strict=False)))) if deg is not None else 0
+        round(sum(s * r for s, r in zip(deg.v, req.v, strict=False))) if deg is not None else 0
     )
     affected = e + degraded  # an errored request is not also counted as degraded by the load
     burned = e / (slo * n) if slo and n else None
     good = [
         max(0.0, r - x - (d * r if deg is not None else 0.0))
-        for r, x, d in zip(req.v, err.v, deg.v if deg is not None else [0.0] * len(req.v),
-                           strict=False)
+        for r, x, d in zip(
+            req.v, err.v, deg.v if deg is not None else [0.0] * len(req.v), strict=False
+        )
     ]
     spans = _fault_spans(journal)
     interval = series.interval()
-    base = [g for t, g in zip(req.t, good, strict=False) if 0 <= t and t + interval <= _first(spans)]
+    base = [
+        g for t, g in zip(req.t, good, strict=False) if t >= 0 and t + interval <= _first(spans)
+    ]
     if not base or not spans:
-        return Impact(n, e, degraded, affected, slo, burned,
-                      note="no baseline before the first fault: goodput loss not computed")
+        return Impact(
+            n,
+            e,
+            degraded,
+            affected,
+            slo,
+            burned,
+            note="no baseline before the first fault: goodput loss not computed",
+        )
     rate = sum(base) / len(base)
     lost = sum(
-        max(0.0, rate - g) for t, g in zip(req.t, good, strict=False)
+        max(0.0, rate - g)
+        for t, g in zip(req.t, good, strict=False)
         if any(a - interval < t < b for a, b in spans)
     )
     in_faults = sum(1 for t in req.t if any(a - interval < t < b for a, b in spans))
@@ -296,14 +314,18 @@ def degradation_paths(journal: Journal, series: SeriesSet) -> list[PathRow]:
         reason = s.label("reason")
         if not reason or req is None:
             continue
-        n = int(round(sum(v * r for v, r in zip(s.v, req.v, strict=False))))
+        n = round(sum(v * r for v, r in zip(s.v, req.v, strict=False)))
         if n:
-            rows.append(PathRow(f"degraded: {reason}", n, "responses served degraded for this reason"))
+            rows.append(
+                PathRow(f"degraded: {reason}", n, "responses served degraded for this reason")
+            )
     return rows
 
 
 def _path_detail(journal: Journal, kind: str, target: str) -> str:
-    times = [e.t for e in journal.events if e.kind == kind and (e.target or e.fault or "") == target]
+    times = [
+        e.t for e in journal.events if e.kind == kind and (e.target or e.fault or "") == target
+    ]
     shown = ", ".join(f"t={t:.1f}s" for t in times[:6])
     return shown + (f" … (+{len(times) - 6})" if len(times) > 6 else "")
 
@@ -354,21 +376,36 @@ def action_items(journal: Journal) -> list[str]:
         where = f" on {target}" if target else ""
         where += f" ({c.window})" if c.window else ""
         if c.verdict == "error":
-            items.append(f"{c.label}: the check could not be evaluated ({c.message or 'error'}) — "
-                         "fix the check or the data it needs")
+            items.append(
+                f"{c.label}: the check could not be evaluated ({c.message or 'error'}) — "
+                "fix the check or the data it needs"
+            )
             continue
-        template = _ADVICE.get(c.check, "{label}{where}: expected {expected}, observed {observed} "
-                               "— investigate and add a regression scenario")
-        items.append(template.format(
-            observed=c.observed or "?", expected=c.expected or "?", where=where, label=c.label,
-        ) + (f" [{c.section}]" if c.section == "abort" else ""))
+        template = _ADVICE.get(
+            c.check,
+            "{label}{where}: expected {expected}, observed {observed} "
+            "— investigate and add a regression scenario",
+        )
+        items.append(
+            template.format(
+                observed=c.observed or "?",
+                expected=c.expected or "?",
+                where=where,
+                label=c.label,
+            )
+            + (f" [{c.section}]" if c.section == "abort" else "")
+        )
     for f in journal.faults:
         if f.revert_ok is False:
-            items.append(f"revert of fault {f.name} ({f.inject} on {f.target}) failed: {f.error} — "
-                         "run `faultday recover` and fix the injector's revert")
+            items.append(
+                f"revert of fault {f.name} ({f.inject} on {f.target}) failed: {f.error} — "
+                "run `faultday recover` and fix the injector's revert"
+            )
     if journal.verdict == RunVerdict.ABORTED:
-        items.append(f"the run was aborted ({journal.reason}): the steady state was lost badly "
-                     "enough to trip a safety limit; treat the degradation path as missing")
+        items.append(
+            f"the run was aborted ({journal.reason}): the steady state was lost badly "
+            "enough to trip a safety limit; treat the degradation path as missing"
+        )
     for e in journal.errors:
         items.append(f"harness/stack error: {e}")
     return items
@@ -413,16 +450,27 @@ def _faults(journal: Journal) -> list[FaultRow]:
     for f in journal.faults:
         planned = f"at {f.at:g}s" + (f" for {f.duration:g}s" if f.duration else " (one-shot)")
         revert = {True: "ok", False: "FAILED", None: "—"}[f.revert_ok]
-        rows.append(FaultRow(f.name, f.inject, f.target, planned, t(f.injected_at),
-                             t(f.reverted_at), revert, f.error))
+        rows.append(
+            FaultRow(
+                f.name,
+                f.inject,
+                f.target,
+                planned,
+                t(f.injected_at),
+                t(f.reverted_at),
+                revert,
+                f.error,
+            )
+        )
     return rows
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
-def build_view(journal: Journal, run_dir: Path, *, base_dir: Path | None = None,
-               charts: bool = True) -> ReportView:
+def build_view(
+    journal: Journal, run_dir: Path, *, base_dir: Path | None = None, charts: bool = True
+) -> ReportView:
     """Everything a report shows; ``charts=False`` skips matplotlib (Markdown without images)."""
     series = read_series(run_dir)
     timeline, dropped = _timeline(journal)
@@ -434,7 +482,10 @@ def build_view(journal: Journal, run_dir: Path, *, base_dir: Path | None = None,
 
         made = make_charts(journal, series)
         if not series:
-            note = "No time series in this run folder (timeseries.csv); only the fault timeline is drawn."
+            note = (
+                "No time series in this run folder (timeseries.csv); "
+                "only the fault timeline is drawn."
+            )
     stack_yaml = yaml.safe_dump(journal.stack, sort_keys=False) if journal.stack else ""
     return ReportView(
         journal=journal,
