@@ -5,13 +5,18 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import ClassVar, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
+from faultday.engine.clock import Clock
 from faultday.injectors.base import Target
 from faultday.observe.records import Observations
 from faultday.plugins import CHECKS, Registry
+
+if TYPE_CHECKING:
+    from faultday.engine.plan import Plan
 
 
 class Verdict(StrEnum):
@@ -83,6 +88,19 @@ class CheckContext(Protocol):
 
     @property
     def time_scale(self) -> float: ...
+
+    @property
+    def run_dir(self) -> Path:
+        """The run folder: component logs, audit and trace files."""
+        ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def plan(self) -> Plan:
+        """The run's windows (baseline, faults, recovery) and schedule."""
+        ...
 
 
 class Check(ABC):

@@ -178,8 +178,9 @@ class Run:
     def event(self, kind: str, message: str = "", **data: object) -> None:
         fault = data.pop("fault", None)
         target = data.pop("target", None)
+        before_warmup = self.phase in (Phase.SETUP, Phase.STACK_UP)
         ev = JournalEvent(
-            t=round(self.clock.now(), 4) if self.phase != Phase.SETUP else 0.0,
+            t=0.0 if before_warmup else round(self.clock.now(), 4),
             wall=time.time(),
             kind=kind,
             message=message,
@@ -277,6 +278,9 @@ class Run:
     def _warmup(self) -> None:
         # Warm-up happens before t=0, so it is not compressed differently: it is scenario time too.
         end = time.monotonic() + self.scenario.spec.warmup * self.options.time_scale
+        # t=0 is the end of warm-up: events during it carry negative scenario times.
+        self.clock.t0_mono = end
+        self.clock.t0_wall = time.time() + (end - time.monotonic())
         while time.monotonic() < end:
             if self._stop.is_set():
                 raise _Stopped

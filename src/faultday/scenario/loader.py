@@ -58,6 +58,7 @@ class _Validator:
         self.checks: Registry[Check] = check_registry()
         self.one_shot: set[str] = set()
         self.fault_names: set[str] = set()
+        self._target_cache: dict[str, TargetTable | None] = {}
 
     def add(self, path: PathKey, message: str, *, key: bool = False) -> None:
         self.problems.append(self.doc.problem(path, message, key=key))
@@ -82,6 +83,7 @@ class _Validator:
     def _semantics(self, spec: dict[str, object]) -> None:
         duration = self._duration(spec)
         faults = self._faults(spec.get("faults"), duration, spec.get("stack"))
+        self._load_target(spec)
         for section in ("steady_state", "expect", "abort"):
             items = spec.get(section)
             if not isinstance(items, list):
@@ -103,6 +105,12 @@ class _Validator:
     def _targets(self, stack: object) -> TargetTable | None:
         if self.resolve_targets is None or not isinstance(stack, str):
             return None
+        if stack not in self._target_cache:
+            self._target_cache[stack] = self._resolve(stack)
+        return self._target_cache[stack]
+
+    def _resolve(self, stack: str) -> TargetTable | None:
+        assert self.resolve_targets is not None
         try:
             return self.resolve_targets(stack_ref(stack, Path(self.doc.file)))
         except ScenarioError as exc:
@@ -149,6 +157,19 @@ class _Validator:
             if targets is not None:
                 self._target(fault, injector, targets, path)
         return faults
+
+    def _load_target(self, spec: dict[str, object]) -> None:
+        load = spec.get("load")
+        if not isinstance(load, dict) or load.get("workload", "chat") == "none":
+            return
+        target = load.get("target", "agent")
+        table = self._targets(spec.get("stack")) if isinstance(target, str) else None
+        if table is None or target in table:
+            return
+        components = [n for n, k in table.items() if k == TargetKind.COMPONENT]
+        where: PathKey = ("spec", "load", "target") if "target" in load else ("spec", "load")
+        self.add(where, f"the load goes to {target!r}, which the stack does not have"
+                 f"{did_you_mean(str(target), components)}")
 
     def _plugin(self, reg: Registry[Injector] | Registry[Check], name: str, path: PathKey):  # type: ignore[no-untyped-def]
         if name not in reg:

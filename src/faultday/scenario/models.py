@@ -44,8 +44,28 @@ class LoadShape(StrEnum):
     SPIKE = "spike"
 
 
+class Workload(StrEnum):
+    CHAT = "chat"
+    RAG = "rag"
+    AGENT = "agent"
+    MIXED = "mixed"
+    HTTP = "http"  # any path of any component: see target, path, method, body, stream
+    NONE = "none"
+
+
+class HttpMethod(StrEnum):
+    GET = "GET"
+    POST = "POST"
+
+
 class LoadSpec(Strict):
-    workload: str = Field(default="chat", description="chat, rag, agent, mixed, or none")
+    workload: Workload = Field(default=Workload.CHAT, description="what the simulated users do")
+    target: str = Field(default="agent", description="the component the load is sent to")
+    path: str = Field(default="/health", description="http workload: the path requested")
+    method: HttpMethod = Field(default=HttpMethod.GET, description="http workload: the method")
+    body: JsonValue = Field(default=None, description="http workload: a JSON body to POST")
+    stream: bool = Field(default=False, description="http workload: read the answer as SSE")
+    think_time: Duration = Field(default=0.0, description="pause between a user's requests")
     users: int = Field(default=8, ge=0, le=10_000)
     spawn_rate: float = Field(default=8.0, gt=0)
     shape: LoadShape = LoadShape.CONSTANT
