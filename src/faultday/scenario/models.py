@@ -28,6 +28,13 @@ class Severity(StrEnum):
     SEV4 = "SEV4"
 
 
+class NaiveExpectation(Strict):
+    """What this scenario catches when the stack runs the ``naive`` resilience policy."""
+
+    fails: tuple[str, ...] = Field(min_length=1, description="checks that must fail under naive")
+    because: str = Field(min_length=1, description="the stated reason, shown in reports")
+
+
 class Metadata(Strict):
     name: str = Field(pattern=NAME_PATTERN, max_length=63, description="lower-case slug, unique")
     title: str = ""
@@ -35,6 +42,9 @@ class Metadata(Strict):
     tags: tuple[str, ...] = ()
     runbook: str | None = Field(default=None, description="runbooks/<name>.md.j2")
     severity: Severity = Severity.SEV3
+    naive: NaiveExpectation | None = Field(
+        default=None, description="set when the naive policy must make this scenario fail"
+    )
 
 
 class LoadShape(StrEnum):
