@@ -64,9 +64,10 @@ class ScenarioFile(pytest.File):
 class ScenarioFailed(Exception):
     """Raised by a scenario item whose run did not pass; carries its journal."""
 
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: Journal, note: str = "") -> None:
         super().__init__(journal.reason)
         self.journal = journal
+        self.note = note
 
 
 class ScenarioItem(pytest.Item):
@@ -104,16 +105,31 @@ class ScenarioItem(pytest.Item):
         self.stash[REPORT_KEY] = run.run_dir
         self.user_properties.append(("faultday_verdict", str(journal.verdict)))
         self.user_properties.append(("faultday_run_dir", str(run.run_dir)))
+        naive = loaded.scenario.metadata.naive
+        if naive is not None and loaded.scenario.spec.policy == "naive":
+            raise ScenarioFailed(journal, note=_naive_note(journal, naive.fails, naive.because))
         if journal.verdict != RunVerdict.PASSED:
             raise ScenarioFailed(journal)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, ScenarioFailed):
-            return _describe_failure(excinfo.value.journal)
+            text = _describe_failure(excinfo.value.journal)
+            return f"{excinfo.value.note}\n{text}" if excinfo.value.note else text
         return str(super().repr_failure(excinfo, style=style))
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, 0, f"scenario: {self.name}"
+
+
+def _naive_note(j: Journal, fails: tuple[str, ...], because: str) -> str:
+    """Under the naive policy such a scenario must fail, and for its stated reason."""
+    failed = {c.check for c in j.checks if c.verdict != "passed"}
+    missing = [c for c in fails if c not in failed]
+    if j.verdict == RunVerdict.PASSED:
+        return f"naive policy: expected to fail ({because}), but every check passed"
+    if missing:
+        return f"naive policy: failed, but not for the stated reason: {', '.join(missing)} held"
+    return f"naive policy: failed as expected — {because} (caught by {', '.join(fails)})"
 
 
 def _describe_failure(j: Journal) -> str:
