@@ -92,7 +92,7 @@ class KubeStandIn:
 
     def __init__(self) -> None:
         self.state = State()
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -221,7 +221,7 @@ class KubeStandIn:
         if method == "PATCH":
             if "apply-patch" not in ctype or query.get("fieldManager") != "faultday":
                 return 415, _status(415, "UnsupportedMediaType", f"stand-in only applies ({ctype})")
-            obj = copy.deepcopy(body)
+            obj = _quantities(copy.deepcopy(body))
             obj["metadata"].setdefault("namespace", ns)
             self.state.objects[key] = obj
             if plural == "deployments":
@@ -300,3 +300,14 @@ class KubeStandIn:
 
 def _sel(dep: Json) -> str:
     return ",".join(f"{k}={v}" for k, v in dep["spec"]["selector"]["matchLabels"].items())
+
+
+def _quantities(node: Any, key: str = "") -> Any:
+    """Like the API server: resource quantities come back as strings (1 → "1")."""
+    if isinstance(node, dict):
+        if key in ("limits", "requests"):
+            return {k: str(v) for k, v in node.items()}
+        return {k: _quantities(v, k) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_quantities(v) for v in node]
+    return node

@@ -256,7 +256,11 @@ class KubernetesStack:
             self._wait_ready(self.components(), limit)
         except ClusterError as exc:
             if self.config.mode == DeployMode.DEPLOY:
-                self.down()
+                try:
+                    self.down()
+                except StackError as down_exc:
+                    # The first failure is the one to report; the leftovers are logged.
+                    log.error("after a failed up: %s", down_exc)
             raise StackError(str(exc)) from exc
         self._up = True
 
