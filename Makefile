@@ -43,8 +43,11 @@ test-real: setup  ## real vLLM on CPU in its own virtualenv (CI runs it)
 	@if [ -x scripts/setup-real-venv.sh ] || [ -f scripts/setup-real-venv.sh ]; then bash scripts/setup-real-venv.sh; fi
 	$(PYTEST) -q -m real -p no:cacheprovider tests/real; $(PYTEST_OK)
 
-bench: setup  ## benchmarks; figures go to bench/RESULTS.md
-	@for b in bench/*/run.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+bench: setup  ## benchmarks, each comparing against its baseline in one run; figures in bench/RESULTS.md
+	$(PY) bench/proxy/bench_proxy.py
+	$(PY) bench/llmsim/bench_streams.py --requests 256 --ramp 2 --max-tokens 256
+	$(PY) bench/stack/bench_stack.py --cycles 3
+	$(PY) bench/load/bench_load.py --users 32 --workers 0 --seconds 15
 
 lint: setup
 	$(VENV)/bin/ruff check src tests
