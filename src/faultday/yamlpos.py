@@ -12,9 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from pydantic import ValidationError
+from typing import get_args
+
+from pydantic import BaseModel, ValidationError
 
 from faultday.errors import Problem, ScenarioError
+from faultday.plugins import did_you_mean
 
 PathKey = tuple[str | int, ...]
 
@@ -145,8 +148,41 @@ def _clean_loc(loc: tuple[str | int, ...]) -> PathKey:
     return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p == "params")))
 
 
+def _keys_at(model: type[BaseModel], path: PathKey) -> list[str]:
+    """The keys a model accepts at ``path`` (aliases as written in YAML), for did-you-mean."""
+    current: object = model
+    for part in path:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return []
+        by_key = {(f.alias or n): f for n, f in current.model_fields.items()}
+        field = by_key.get(part)
+        if field is None:
+            return []
+        current = _model_in(field.annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [f.alias or n for n, f in current.model_fields.items()]
+    return []
+
+
+def _model_in(annotation: object) -> object:
+    # Optional[X], tuple[X, ...], list[X]: the model inside, if any.
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
 def validation_problems(
-    doc: Document, exc: ValidationError, *, prefix: PathKey = ()
+    doc: Document,
+    exc: ValidationError,
+    *,
+    prefix: PathKey = (),
+    model: type[BaseModel] | None = None,
 ) -> list[Problem]:
     """Turn a pydantic ValidationError into positioned problems."""
     problems = []
@@ -155,7 +191,9 @@ def validation_problems(
         kind = err["type"]
         msg = str(err["msg"])
         if kind == "extra_forbidden":
-            problems.append(doc.problem(path, "unknown key", key=True))
+            keys = _keys_at(model, path[len(prefix) : -1]) if model is not None else []
+            hint = did_you_mean(str(path[-1]), keys) if keys else ""
+            problems.append(doc.problem(path, f"unknown key{hint}", key=True))
             continue
         if kind == "missing":
             problems.append(doc.problem(path[:-1], f"missing required key {path[-1]!r}"))

@@ -72,7 +72,7 @@ class _Validator:
         try:
             scenario = Scenario.model_validate(data)
         except ValidationError as exc:
-            self.problems.extend(validation_problems(self.doc, exc))
+            self.problems.extend(validation_problems(self.doc, exc, model=Scenario))
         spec = data.get("spec")
         if isinstance(spec, dict):
             self._semantics(spec)
