@@ -1,0 +1,106 @@
+"""``faultday k8s plan|rbac|manifests|jobs``: the Kubernetes side from a shell.
+
+The lead wires it in with ``register(app)`` (adds the ``k8s`` sub-command).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+from rich.console import Console
+
+from faultday.errors import FaultdayError, ScenarioError
+
+app = typer.Typer(help="Kubernetes: dry-run plans, RBAC, manifests, load Jobs.", no_args_is_help=True)
+out = Console(soft_wrap=True, highlight=False)
+err = Console(stderr=True, soft_wrap=True, highlight=False)
+
+ProfileOpt = Annotated[str, typer.Option("--profile", "-p", help="Stack profile name or path.")]
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="A KubernetesTarget file (driver config).")
+]
+NamespaceOpt = Annotated[str | None, typer.Option("--namespace", "-n", help="Overrides the config.")]
+
+
+def register(app_: typer.Typer) -> None:
+    """Add ``faultday k8s …`` to the main CLI."""
+    app_.add_typer(app, name="k8s")
+
+
+def _fail(exc: FaultdayError) -> typer.Exit:
+    if isinstance(exc, ScenarioError):
+        for p in exc.problems:
+            err.print(f"[bold red]error[/] {p}")
+        return typer.Exit(2)
+    err.print(f"[bold red]error[/] {exc}")
+    return typer.Exit(4)
+
+
+def _stack(profile: str, config: Path | None, namespace: str | None):  # type: ignore[no-untyped-def]
+    from faultday.cluster.config import KubernetesConfig, config_with, load_config
+    from faultday.cluster.kubernetes import KubernetesStack
+    from faultday.engine.ledger import Ledger
+    from faultday.stack.profile import load_profile
+
+    p = load_profile(profile, base_dir=Path.cwd())
+    cfg = load_config(config) if config else KubernetesConfig()
+    cfg = config_with(cfg, namespace=namespace)
+    run_dir = Path(".faultday") / "k8s" / p.name
+    return KubernetesStack(p, run_dir=run_dir, ledger=Ledger.in_dir(run_dir), config=cfg)
+
+
+@app.command()
+def plan(
+    profile: ProfileOpt = "local",
+    config: ConfigOpt = None,
+    namespace: NamespaceOpt = None,
+    scenario: Annotated[
+        Path | None, typer.Option("--scenario", "-s", help="Also list what its faults touch.")
+    ] = None,
+    live: Annotated[bool, typer.Option(help="Resolve selectors against the cluster.")] = False,
+) -> None:
+    """Print every object `up`, the faults and `down` would touch; change nothing."""
+    from faultday.cluster.plan import plan as make_plan
+    from faultday.scenario.loader import load_scenario
+
+    try:
+        stack = _stack(profile, config, namespace)
+        sc = load_scenario(scenario).scenario if scenario else None
+        touches = make_plan(stack, scenario=sc, live=live)
+    except FaultdayError as exc:
+        raise _fail(exc) from exc
+    out.print(f"# dry run: profile {stack.profile.name}, namespace {stack.namespace}, "
+              f"mode {stack.config.mode}, label app.kubernetes.io/part-of={stack.part_of}")
+    for t in touches:
+        out.print(str(t))
+
+
+@app.command()
+def rbac(
+    profile: ProfileOpt = "local",
+    config: ConfigOpt = None,
+    namespace: NamespaceOpt = None,
+    node_access: Annotated[bool, typer.Option(help="ClusterRole for node_gpu_loss.")] = True,
+) -> None:
+    """Print the ServiceAccount, Role and RoleBinding the harness needs (kubectl apply -f -)."""
+    from faultday.cluster.rbac import render_rbac
+
+    try:
+        stack = _stack(profile, config, namespace)
+    except FaultdayError as exc:
+        raise _fail(exc) from exc
+    docs = render_rbac(namespace=stack.namespace, part_of=stack.part_of, node_access=node_access)
+    out.print(yaml.safe_dump_all(docs, sort_keys=False), end="")
+
+
+@app.command()
+def manifests(profile: ProfileOpt = "local", config: ConfigOpt = None, namespace: NamespaceOpt = None) -> None:
+    """Print the manifests `up` applies (the renderer's, placed in the namespace)."""
+    try:
+        stack = _stack(profile, config, namespace)
+    except FaultdayError as exc:
+        raise _fail(exc) from exc
+    out.print(yaml.safe_dump_all(stack.manifests(), sort_keys=False), end="")
