@@ -1,0 +1,322 @@
+"""The Docker driver: a stack profile as containers on a private network (docker SDK).
+
+It runs what ``faultday stack render --driver docker`` writes (compose.yaml,
+toxiproxy.json, the Triton model repository) — the official images, one
+Toxiproxy container carrying every edge — without needing the compose plugin:
+each service becomes one container named ``faultday-<profile>-<service>``,
+labelled ``app.kubernetes.io/part-of=faultday-<profile>``, reachable by its
+service name on the network and published on 127.0.0.1 for the harness.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from faultday.cluster.config import NAME_LABEL, PART_OF_LABEL, part_of_value
+from faultday.engine.ledger import Ledger
+from faultday.errors import StackError
+from faultday.injectors.base import Target, TargetKind
+from faultday.plugins import did_you_mean
+from faultday.stack.profile import StackProfile
+from faultday.stack.stack import ComponentInfo, EdgeInfo, StackInfo
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+_NS = 1_000_000_000
+
+
+class DockerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str | None = Field(default=None, description="engine URL [DOCKER_HOST / socket]")
+    api_version: str = Field(default="1.41", description="Engine API version (Docker 20.10+)")
+    timeout: float = Field(default=30.0, gt=0, description="seconds per Engine API call")
+    ready_timeout: float = Field(default=600.0, gt=0)
+    pull: bool = Field(default=True, description="pull images the engine does not have")
+
+
+def _seconds(text: str) -> int:
+    """Compose durations (``2s``, ``500ms``) as the Engine API's nanoseconds."""
+    if text.endswith("ms"):
+        return int(float(text[:-2]) * _NS / 1000)
+    if text.endswith("s"):
+        return int(float(text[:-1]) * _NS)
+    return int(float(text) * _NS)
+
+
+def container_port(profile: StackProfile, component: str) -> int:
+    """The component's main port inside its container (the renderer's table)."""
+    from faultday.stack import render  # noqa: PLC0415
+
+    # The renderer keeps its port table private; ask the stack owner for an accessor.
+    table = render._PORTS  # noqa: SLF001
+    ports = table.get(profile.spec.components[component].type, table["command"])
+    return int(ports[0].number)
+
+
+class DockerStack:
+    """A stack profile as containers on one engine; the process driver's API."""
+
+    driver = "docker"
+
+    def __init__(
+        self,
+        profile: StackProfile,
+        *,
+        run_dir: Path,
+        ledger: Ledger,
+        policy: str | None = None,
+        config: DockerConfig | None = None,
+    ) -> None:
+        self.profile = profile
+        self.run_dir = run_dir
+        self.ledger = ledger
+        self.policy = policy or profile.spec.policy
+        self.config = config or DockerConfig()
+        self.part_of = part_of_value(profile.name)
+        self.render_dir = run_dir / "docker"
+        self._compose, self._proxies = self._render()
+        self._edges = {e.name: e for e in profile.edges()} if profile.spec.proxy else {}
+        self._client: Any = None
+        self._containers: dict[str, Any] = {}
+
+    # -- rendering and the command plan ---------------------------------------------------
+
+    def _render(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        from faultday.stack.render import render_profile  # noqa: PLC0415
+
+        with tempfile.TemporaryDirectory(prefix="faultday-docker-") as tmp:
+            render_profile(self.profile, driver="docker", out=Path(tmp))
+            compose = yaml.safe_load((Path(tmp) / "compose.yaml").read_text())
+            tox = Path(tmp) / "toxiproxy.json"
+            proxies = yaml.safe_load(tox.read_text()) if tox.exists() else []
+        return compose, proxies
+
+    @property
+    def network(self) -> str:
+        return f"faultday-{self.profile.name}"
+
+    def container_name(self, service: str) -> str:
+        return f"faultday-{self.profile.name}-{service}"
+
+    def create_args(self, service: str) -> dict[str, Any]:
+        """The ``containers.create`` keyword arguments for one compose service."""
+        svc = self._compose["services"][service]
+        port = container_port(self.profile, service)
+        args: dict[str, Any] = {
+            "image": svc["image"],
+            "name": self.container_name(service),
+            "labels": {PART_OF_LABEL: self.part_of, NAME_LABEL: service},
+            "network": self.network,
+            "ports": {f"{port}/tcp": (HOST, None)},
+            "restart_policy": {"Name": "on-failure", "MaximumRetryCount": 5},
+            "detach": True,
+        }
+        if "command" in svc:
+            args["command"] = list(svc["command"])
+        vols = {}
+        for v in svc.get("volumes", []):
+            src, dst, *mode = v.split(":")
+            vols[str((self.render_dir / src).resolve())] = {"bind": dst, "mode": mode[0] if mode else "rw"}
+        if vols:
+            args["volumes"] = vols
+        if hc := svc.get("healthcheck"):
+            args["healthcheck"] = {
+                "test": hc["test"],
+                "interval": _seconds(hc["interval"]),
+                "timeout": _seconds(hc["timeout"]),
+                "retries": hc["retries"],
+            }
+        devices = svc.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices")
+        if devices:
+            from docker.types import DeviceRequest  # noqa: PLC0415
+
+            args["device_requests"] = [
+                DeviceRequest(driver=d["driver"], count=d["count"], capabilities=[d["capabilities"]])
+                for d in devices
+            ]
+        return args
+
+    def start_order(self) -> list[str]:
+        services = self._compose["services"]
+        return [c for c in self.profile.start_order() if c in services]
+
+    # -- engine plumbing --------------------------------------------------------------------
+
+    def _docker(self) -> Any:
+        if self._client is None:
+            try:
+                import docker  # noqa: PLC0415
+            except ImportError as exc:
+                raise StackError("the docker driver needs faultday[k8s] (the docker SDK)") from exc
+            kw: dict[str, Any] = {"version": self.config.api_version, "timeout": self.config.timeout}
+            try:
+                if self.config.base_url:
+                    self._client = docker.DockerClient(base_url=self.config.base_url, **kw)
+                else:
+                    self._client = docker.from_env(**kw)
+            except docker.errors.DockerException as exc:
+                raise StackError(f"no Docker engine: {exc}") from exc
+        return self._client
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        import docker  # noqa: PLC0415
+        import requests  # noqa: PLC0415
+
+        return (docker.errors.DockerException, requests.RequestException)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def up(self, *, timeout: float | None = None) -> None:
+        """Write the rendering, create the network, start services in dependency order."""
+        from faultday.stack.render import render_profile  # noqa: PLC0415
+
+        render_profile(self.profile, driver="docker", out=self.render_dir)
+        client = self._docker()
+        deadline = time.monotonic() + (timeout or self.config.ready_timeout)
+        try:
+            client.networks.create(self.network, driver="bridge", labels={PART_OF_LABEL: self.part_of})
+            for service in self.start_order():
+                self._containers[service] = self._create(service)
+                self._containers[service].start()
+                self._wait_ready(service, deadline)
+        except self._errors() as exc:
+            self.down()
+            raise StackError(f"docker: {exc}") from exc
+        except StackError:
+            self.down()
+            raise
+
+    def _create(self, service: str) -> Any:
+        import docker  # noqa: PLC0415
+
+        client = self._docker()
+        args = self.create_args(service)
+        # Other services address it by its compose service name.
+        args["networking_config"] = {
+            self.network: client.api.create_endpoint_config(aliases=[service])
+        }
+        try:
+            return client.containers.create(**args)
+        except docker.errors.ImageNotFound:
+            if not self.config.pull:
+                raise
+            log.info("pulling %s", args["image"])
+            client.images.pull(args["image"])
+            return client.containers.create(**args)
+
+    def _wait_ready(self, service: str, deadline: float) -> None:
+        c = self._containers[service]
+        while True:
+            c.reload()
+            state = c.attrs.get("State", {})
+            health = (state.get("Health") or {}).get("Status")
+            if state.get("Status") in ("exited", "dead"):
+                raise StackError(f"{service} exited (code {state.get('ExitCode')})")
+            if health == "healthy" or (health is None and state.get("Running")):
+                return
+            if time.monotonic() >= deadline:
+                raise StackError(f"{service} not ready before the deadline (health {health})")
+            time.sleep(0.5)
+
+    def down(self) -> None:
+        """Remove every container and the network labelled as this stack's; idempotent."""
+        client = self._docker()
+        flt = {"label": f"{PART_OF_LABEL}={self.part_of}"}
+        errors = []
+        try:
+            for c in client.containers.list(all=True, filters=flt):
+                c.remove(force=True)
+            for n in client.networks.list(filters=flt):
+                n.remove()
+        except self._errors() as exc:
+            errors.append(str(exc))
+        self._containers.clear()
+        if errors:
+            raise StackError("docker teardown incomplete: " + "; ".join(errors))
+
+    def restart(self, component: str, *, timeout: float) -> None:
+        c = self._container(component)
+        c.restart(timeout=int(max(1, timeout)))
+        self._wait_ready(component, time.monotonic() + timeout)
+
+    def pause(self, component: str) -> None:
+        self._container(component).pause()
+
+    def resume(self, component: str) -> None:
+        self._container(component).unpause()
+
+    def _container(self, component: str) -> Any:
+        if component not in self._containers:
+            names = set(self._compose["services"])
+            raise StackError(f"no running component {component!r}{did_you_mean(component, names)}")
+        return self._containers[component]
+
+    # -- addresses and targets -----------------------------------------------------------
+
+    def _published(self, component: str, port: int) -> int:
+        c = self._container(component)
+        binding = (c.attrs.get("NetworkSettings", {}).get("Ports") or {}).get(f"{port}/tcp")
+        if not binding:
+            raise StackError(f"{component}: port {port} is not published")
+        return int(binding[0]["HostPort"])
+
+    def target_names(self) -> list[str]:
+        return [*self._compose["services"], *self._edges]
+
+    def endpoints(self) -> dict[str, str]:
+        return {
+            c: f"{self.profile.ctype(c).scheme}://{HOST}:{self._published(c, container_port(self.profile, c))}"
+            for c in self._containers
+        }
+
+    def target(self, name: str) -> Target:
+        if name in self._compose["services"]:
+            ctype = self.profile.ctype(name)
+            url = self.endpoints()[name]
+            return Target(name=name, kind=TargetKind.COMPONENT, component_type=ctype.name, url=url,
+                          admin_url=f"{url}{ctype.admin_path}" if ctype.admin_path else "")
+        if name in self._edges:
+            e = self._edges[name]
+            proxy = str(self.profile.spec.proxy)
+            listen = next(p["listen"] for p in self._proxies if p["name"] == e.proxy_name)
+            return Target(
+                name=name, kind=TargetKind.EDGE, component_type=self.profile.ctype(e.dst).name,
+                url=f"{proxy}:{listen.rsplit(':', 1)[1]}",
+                proxy_api=self.endpoints()[proxy], proxy_name=e.proxy_name,
+                upstream=f"{e.dst}:{container_port(self.profile, e.dst)}",
+            )
+        raise StackError(f"no component or edge {name!r}{did_you_mean(name, set(self.target_names()))}")
+
+    def versions(self) -> dict[str, str]:
+        return {s: str(v["image"]) for s, v in self._compose["services"].items()}
+
+    def describe(self) -> StackInfo:
+        comps = []
+        for s in self._compose["services"]:
+            c = self._containers.get(s)
+            state = (c.attrs.get("State", {}) if c is not None else {})
+            health = (state.get("Health") or {}).get("Status") or state.get("Status") or "stopped"
+            url = self.endpoints()[s] if c is not None else ""
+            comps.append(ComponentInfo(
+                name=s, type=self.profile.ctype(s).name, url=url, admin_url="",
+                ports={"port": container_port(self.profile, s)}, pid=state.get("Pid"),
+                health=str(health), restarts=int(c.attrs.get("RestartCount", 0)) if c else 0,
+                log=f"docker logs {self.container_name(s)}",
+            ))
+        edges = [
+            EdgeInfo(name=e.name, src=e.src, dst=e.dst, listen="", upstream="",
+                     proxy_name=e.proxy_name, proxy_api="")
+            for e in self._edges.values()
+        ]
+        return StackInfo(profile=self.profile.name, source=self.profile.source,
+                         run_dir=str(self.run_dir), policy=self.policy,
+                         components=tuple(comps), edges=tuple(edges))
