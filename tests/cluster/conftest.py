@@ -11,13 +11,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from kube_standin import KubeStandIn  # noqa: E402
+from kube_standin import KubeStandIn
 
-from faultday.cluster.config import ClusterAccess, KubernetesConfig  # noqa: E402
-from faultday.cluster.kubernetes import KubernetesStack  # noqa: E402
-from faultday.engine.ledger import Ledger  # noqa: E402
-from faultday.injectors.base import Injector, Revert, Target  # noqa: E402
-from faultday.stack.profile import StackProfile, load_profile  # noqa: E402
+from faultday.cluster.config import ClusterAccess, KubernetesConfig
+from faultday.cluster.kubernetes import KubernetesStack
+from faultday.engine.ledger import Ledger
+from faultday.injectors.base import Injector, Revert, Target
+from faultday.stack.profile import StackProfile, load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "gameday"

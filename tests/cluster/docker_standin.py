@@ -87,18 +87,25 @@ class DockerStandIn:
         with self.lock:
             return list(self.calls_)
 
-    def handle(self, method: str, path: str, q: dict[str, str], body: Any) -> tuple[int, Any]:
+    def handle(  # noqa: PLR0911 - one return per route
+        self, method: str, path: str, q: dict[str, str], body: Any
+    ) -> tuple[int, Any]:
         with self.lock:
             self.calls_.append(Call(method, path, q, body))
             if method == "POST" and path == "/networks/create":
                 nid = f"net{next(self.ids)}"
-                self.networks[nid] = {"Id": nid, "Name": body["Name"], "Labels": body.get("Labels") or {}}
+                self.networks[nid] = {
+                    "Id": nid,
+                    "Name": body["Name"],
+                    "Labels": body.get("Labels") or {},
+                }
                 return 201, {"Id": nid}
             if method == "GET" and path == "/networks":
                 return 200, [n for n in self.networks.values() if self._match(n["Labels"], q)]
             if m := re.fullmatch(r"/networks/([^/]+)", path):
                 n = self.networks.get(m[1]) or next(
-                    (x for x in self.networks.values() if x["Name"] == m[1]), None)
+                    (x for x in self.networks.values() if x["Name"] == m[1]), None
+                )
                 if n is None:
                     return 404, {"message": "no such network"}
                 if method == "DELETE":
@@ -117,7 +124,10 @@ class DockerStandIn:
                     return 404, {"message": f"No such image: {body['Image']}"}
                 cid = f"c{next(self.ids):04d}"
                 self.containers[cid] = {
-                    "Id": cid, "Name": "/" + q["name"], "Config": body, "RestartCount": 0,
+                    "Id": cid,
+                    "Name": "/" + q["name"],
+                    "Config": body,
+                    "RestartCount": 0,
                     "State": {"Status": "created", "Running": False},
                     "NetworkSettings": {"Ports": {}},
                 }

@@ -145,26 +145,50 @@ class KubeStandIn:
             out = [c for c in out if not c.startswith("GET ")]
         return out
 
-    def fail(self, method: str, path: str, *, status: int = 500, times: int = 1,
-             when: Callable[[Any], bool] = lambda _b: True) -> None:
+    def fail(
+        self,
+        method: str,
+        path: str,
+        *,
+        status: int = 500,
+        times: int = 1,
+        when: Callable[[Any], bool] = lambda _b: True,
+    ) -> None:
         with self.lock:
             self.state.failures.append(Failure(method, path, status, times, when))
 
-    def add_node(self, name: str, *, labels: dict[str, str] | None = None,
-                 unschedulable: bool = False, taints: list[Json] | None = None) -> None:
+    def add_node(
+        self,
+        name: str,
+        *,
+        labels: dict[str, str] | None = None,
+        unschedulable: bool = False,
+        taints: list[Json] | None = None,
+    ) -> None:
         spec: Json = {"unschedulable": unschedulable} if unschedulable else {}
         if taints:
             spec["taints"] = taints
         with self.lock:
             self.state.nodes[name] = {
-                "apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": name, "labels": labels or {}}, "spec": spec,
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": labels or {}},
+                "spec": spec,
             }
 
-    def add_pod(self, namespace: str, name: str, *, labels: dict[str, str],
-                node: str = "gpu-node-1", ready: bool = True) -> None:
+    def add_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        labels: dict[str, str],
+        node: str = "gpu-node-1",
+        ready: bool = True,
+    ) -> None:
         with self.lock:
-            self.state.objects[(namespace, "pods", name)] = self._pod(namespace, name, labels, node, ready)
+            self.state.objects[(namespace, "pods", name)] = self._pod(
+                namespace, name, labels, node, ready
+            )
 
     def node(self, name: str) -> Json:
         with self.lock:
@@ -179,18 +203,28 @@ class KubeStandIn:
             }
 
     # -- the API ---------------------------------------------------------------------
-    def handle(self, method: str, path: str, query: dict[str, str], ctype: str,
-               body: Any) -> tuple[int, Json]:
+    def handle(
+        self, method: str, path: str, query: dict[str, str], ctype: str, body: Any
+    ) -> tuple[int, Json]:
         with self.lock:
             self.state.calls.append(Call(method, path, query, ctype, body))
             for f in self.state.failures:
-                if f.times > 0 and f.method == method and re.fullmatch(f.path, path) and f.when(body):
+                if (
+                    f.times > 0
+                    and f.method == method
+                    and re.fullmatch(f.path, path)
+                    and f.when(body)
+                ):
                     f.times -= 1
-                    return f.status, _status(f.status, "InternalError", f"injected failure of {method} {path}")
+                    return f.status, _status(
+                        f.status, "InternalError", f"injected failure of {method} {path}"
+                    )
             if m := _NODE_PATH.match(path):
                 return self._node(method, m["name"], body)
             if m := _NS_PATH.match(path):
-                return self._namespaced(method, m["group"], m["ns"], m["plural"], m["name"], query, ctype, body)
+                return self._namespaced(
+                    method, m["group"], m["ns"], m["plural"], m["name"], query, ctype, body
+                )
             return 404, _status(404, "NotFound", f"no route {method} {path}")
 
     def _node(self, method: str, name: str, body: Any) -> tuple[int, Json]:
@@ -202,8 +236,17 @@ class KubeStandIn:
                 node["spec"][k] = v  # taints have no merge key: the list is replaced whole
         return 200, copy.deepcopy(node)
 
-    def _namespaced(self, method: str, group: str | None, ns: str, plural: str,
-                    name: str | None, query: dict[str, str], ctype: str, body: Any) -> tuple[int, Json]:
+    def _namespaced(  # noqa: PLR0911, PLR0912, PLR0917 - one branch per verb, like the API
+        self,
+        method: str,
+        group: str | None,
+        ns: str,
+        plural: str,
+        name: str | None,
+        query: dict[str, str],
+        ctype: str,
+        body: Any,
+    ) -> tuple[int, Json]:
         if group == "chaos-mesh.org" and not self.state.chaos_installed:
             return 404, _status(404, "NotFound", "the server could not find the requested resource")
         key = (ns, plural, name or "")
@@ -231,8 +274,10 @@ class KubeStandIn:
         if obj is None:
             if method == "GET" and self.state.lingering.get(key, 0) > 0:
                 self.state.lingering[key] -= 1
-                return 200, {"apiVersion": "chaos-mesh.org/v1alpha1", "metadata": {"name": name,
-                             "deletionTimestamp": "2024-01-01T00:00:00Z"}}
+                return 200, {
+                    "apiVersion": "chaos-mesh.org/v1alpha1",
+                    "metadata": {"name": name, "deletionTimestamp": "2024-01-01T00:00:00Z"},
+                }
             return 404, _status(404, "NotFound", f"{plural} {name!r} not found")
         if method == "GET":
             return 200, copy.deepcopy(obj)
@@ -256,7 +301,10 @@ class KubeStandIn:
         for (ons, p, _n), o in sorted(self.state.objects.items()):
             if ons != ns or p != plural or not _match(o["metadata"].get("labels") or {}, sel):
                 continue
-            if fsel.startswith("spec.nodeName=") and o["spec"].get("nodeName") != fsel.split("=", 1)[1]:
+            if (
+                fsel.startswith("spec.nodeName=")
+                and o["spec"].get("nodeName") != fsel.split("=", 1)[1]
+            ):
                 continue
             items.append(copy.deepcopy(o))
         kind = {"pods": "PodList", "deployments": "DeploymentList"}.get(plural, "List")
@@ -265,21 +313,28 @@ class KubeStandIn:
     # -- a tiny Deployment controller ------------------------------------------------
     def _pod(self, ns: str, name: str, labels: dict[str, str], node: str, ready: bool) -> Json:
         return {
-            "apiVersion": "v1", "kind": "Pod",
+            "apiVersion": "v1",
+            "kind": "Pod",
             "metadata": {"name": name, "namespace": ns, "labels": dict(labels)},
             "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]},
-            "status": {"phase": "Running", "conditions": [
-                {"type": "Ready", "status": "True" if ready else "False"}]},
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            },
         }
 
     def _deployment_controller(self, ns: str, dep: Json) -> None:
         labels = dep["spec"]["template"]["metadata"]["labels"]
-        existing = [p for (ons, pl, _), p in self.state.objects.items()
-                    if ons == ns and pl == "pods" and _match(p["metadata"]["labels"], _sel(dep))]
+        existing = [
+            p
+            for (ons, pl, _), p in self.state.objects.items()
+            if ons == ns and pl == "pods" and _match(p["metadata"]["labels"], _sel(dep))
+        ]
         if not existing:
             pod_name = f"{dep['metadata']['name']}-{next(self.state.seq):05d}"
             self.state.objects[(ns, "pods", pod_name)] = self._pod(
-                ns, pod_name, labels, self.state.pod_node, self.state.auto_ready)
+                ns, pod_name, labels, self.state.pod_node, self.state.auto_ready
+            )
         n = dep["spec"].get("replicas", 1)
         ready = n if self.state.auto_ready else 0
         dep["status"] = {"replicas": n, "readyReplicas": ready, "updatedReplicas": ready}
@@ -288,14 +343,19 @@ class KubeStandIn:
         with self.lock:
             dep = self.state.objects[(ns, "deployments", deployment)]
             n = dep["spec"].get("replicas", 1)
-            dep["status"] = {"replicas": n, "readyReplicas": n if ready else 0,
-                             "updatedReplicas": n if ready else 0}
+            dep["status"] = {
+                "replicas": n,
+                "readyReplicas": n if ready else 0,
+                "updatedReplicas": n if ready else 0,
+            }
 
     def _replace_pod(self, ns: str, old: Json) -> None:
         labels = old["metadata"]["labels"]
         owner = labels.get("app.kubernetes.io/name", "pod")
         new = f"{owner}-{next(self.state.seq):05d}"
-        self.state.objects[(ns, "pods", new)] = self._pod(ns, new, labels, self.state.pod_node, True)
+        self.state.objects[(ns, "pods", new)] = self._pod(
+            ns, new, labels, self.state.pod_node, True
+        )
 
 
 def _sel(dep: Json) -> str:

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from docker_standin import DockerStandIn  # noqa: E402
+from docker_standin import DockerStandIn
 
-from faultday.cluster.docker import DockerConfig, DockerStack  # noqa: E402
-from faultday.engine.ledger import Ledger  # noqa: E402
-from faultday.errors import StackError  # noqa: E402
-from faultday.injectors.base import TargetKind  # noqa: E402
-from faultday.stack.profile import StackProfile  # noqa: E402
+from faultday.cluster.docker import DockerConfig, DockerStack
+from faultday.engine.ledger import Ledger
+from faultday.errors import StackError
+from faultday.injectors.base import TargetKind
+from faultday.stack.profile import StackProfile
 
 
 @pytest.fixture
@@ -51,13 +51,17 @@ def test_up_pulls_creates_and_starts_in_dependency_order(
     assert calls.index("POST /networks/create") < calls.index("POST /containers/create")
     redis = next(c.body for c in creates if c.query["name"] == "faultday-local-redis")
     assert redis["Labels"]["app.kubernetes.io/part-of"] == "faultday-local"
-    assert redis["HostConfig"]["PortBindings"] == {"6379/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}]}
+    assert redis["HostConfig"]["PortBindings"] == {
+        "6379/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}]
+    }
     assert redis["Healthcheck"]["Test"] == ["CMD", "redis-cli", "ping"]
     assert redis["NetworkingConfig"]["EndpointsConfig"]["faultday-local"]["Aliases"] == ["redis"]
     llm = next(c.body for c in creates if c.query["name"] == "faultday-local-llm-primary")
     assert llm["HostConfig"]["DeviceRequests"][0]["Capabilities"] == [["gpu"]]
     proxy = next(c.body for c in creates if c.query["name"] == "faultday-local-proxy")
-    assert proxy["HostConfig"]["Binds"] == [f"{(tmp_path / 'docker' / 'toxiproxy.json').resolve()}:/config/toxiproxy.json:ro"]
+    assert proxy["HostConfig"]["Binds"] == [
+        f"{(tmp_path / 'docker' / 'toxiproxy.json').resolve()}:/config/toxiproxy.json:ro"
+    ]
     assert (tmp_path / "docker" / "compose.yaml").is_file()
 
     eps = dstack.endpoints()
@@ -83,9 +87,7 @@ def test_up_pulls_creates_and_starts_in_dependency_order(
     assert deletes[-1].startswith("DELETE /networks/")
 
 
-def test_up_failure_removes_what_was_started(
-    dstack: DockerStandIn, engine: DockerStandIn
-) -> None:
+def test_up_failure_removes_what_was_started(dstack: DockerStandIn, engine: DockerStandIn) -> None:
     """No Docker daemon can run here; Engine API stand-in. A container that exits fails up."""
     orig = engine._container
 

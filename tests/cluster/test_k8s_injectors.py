@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import LLM_LABELS, NS, PART_OF, Ctx, engine_inject
 from kube_standin import KubeStandIn
 
+from conftest import LLM_LABELS, NS, PART_OF, Ctx, engine_inject
 from faultday.cluster.guards import BlastRadiusError
 from faultday.cluster.kubernetes import KubernetesStack
 from faultday.engine.ledger import Ledger
@@ -70,7 +70,9 @@ def test_pod_delete_refuses_a_pod_without_the_stack_label(up: Ctx, standin: Kube
     assert "intruder" not in {p.name for p in pods}  # the selector never lists it
     from faultday.cluster.client import PodRef
 
-    fake = PodRef("intruder", NS, "gpu-node-1", {"app.kubernetes.io/name": "x"}, "Running", True, 0, False)
+    fake = PodRef(
+        "intruder", NS, "gpu-node-1", {"app.kubernetes.io/name": "x"}, "Running", True, 0, False
+    )
     n = len(standin.calls())
     with pytest.raises(BlastRadiusError, match="not labelled"):
         stack.cluster.delete_pod(fake)
@@ -95,7 +97,9 @@ def _node_state(standin: KubeStandIn) -> tuple[bool, list[dict[str, str]]]:
 
 
 def test_node_gpu_loss_cordons_taints_deletes_then_reverts(up: Ctx, standin: KubeStandIn) -> None:
-    """No cluster can run here; API stand-in. Order: cordon, taint, delete; revert: untaint, uncordon."""
+    """No cluster can run here; API stand-in.
+
+    Order: cordon, taint, delete; the revert: untaint, uncordon."""
     n = len(standin.calls())
     revert = engine_inject(NodeGpuLoss(), up, "llm-primary", {})
     calls = [c for c in _since(standin, n) if not c.startswith("GET")]
@@ -155,7 +159,7 @@ def test_node_gpu_loss_refuses_a_node_without_the_gpu_label(up: Ctx, standin: Ku
     """No cluster can run here; API stand-in."""
     standin.add_node("gpu-node-1", labels={"kubernetes.io/os": "linux"})
     n = len(standin.calls())
-    with pytest.raises(BlastRadiusError, match="lacks the label nvidia.com/gpu.present=true"):
+    with pytest.raises(BlastRadiusError, match=r"lacks the label nvidia\.com/gpu\.present=true"):
         engine_inject(NodeGpuLoss(), up, "llm-primary", {})
     assert [c for c in _since(standin, n) if not c.startswith("GET")] == []
 
@@ -183,7 +187,9 @@ def test_recover_after_a_harness_crash_uncordons_from_the_ledger(
 # -- chaos_mesh -----------------------------------------------------------------------------
 
 
-def test_chaos_mesh_creates_then_deletes_and_waits_until_gone(up: Ctx, standin: KubeStandIn) -> None:
+def test_chaos_mesh_creates_then_deletes_and_waits_until_gone(
+    up: Ctx, standin: KubeStandIn
+) -> None:
     """No cluster can run here; API stand-in (deleted objects linger for two GETs, like
     Chaos Mesh's finalizer recovering the fault)."""
     standin.state.chaos_linger = 2
@@ -214,8 +220,12 @@ def test_chaos_mesh_not_installed_is_an_injection_error(up: Ctx, standin: KubeSt
 
 def test_chaos_mesh_refuses_an_unknown_peer(up: Ctx) -> None:
     with pytest.raises(InjectionError, match="peer 'vault' is not a component"):
-        engine_inject(ChaosMesh(), up, "agent",
-                      {"kind": "NetworkChaos", "action": "partition", "peer": "vault"})
+        engine_inject(
+            ChaosMesh(),
+            up,
+            "agent",
+            {"kind": "NetworkChaos", "action": "partition", "peer": "vault"},
+        )
 
 
 def test_injectors_need_the_kubernetes_driver(tmp_path: Path) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import NS, k8s_config
 from kube_standin import KubeStandIn
 
+from conftest import NS, k8s_config
 from faultday.cluster.config import DeployMode, EndpointMode
 from faultday.cluster.guards import BlastRadiusError
 from faultday.cluster.kubernetes import KubernetesStack
@@ -48,8 +48,12 @@ def test_up_times_out_when_a_deployment_never_becomes_ready_and_cleans_up(
 ) -> None:
     """No cluster can run here; API stand-in. A failed deploy deletes what it applied."""
     standin.state.auto_ready = False
-    stack = KubernetesStack(profile, run_dir=tmp_path, ledger=Ledger.in_dir(tmp_path),
-                            config=k8s_config(standin, ready_timeout="1s"))
+    stack = KubernetesStack(
+        profile,
+        run_dir=tmp_path,
+        ledger=Ledger.in_dir(tmp_path),
+        config=k8s_config(standin, ready_timeout="1s"),
+    )
     with pytest.raises(StackError, match="redis ready: not within"):
         stack.up()
     assert standin.objects("deployments", NS) == {}
@@ -75,12 +79,17 @@ def test_attach_mode_changes_nothing(
     standin: KubeStandIn, profile: StackProfile, tmp_path: Path
 ) -> None:
     """No cluster can run here; API stand-in. The user's stack is only read."""
-    deploy = KubernetesStack(profile, run_dir=tmp_path, ledger=Ledger.in_dir(tmp_path),
-                             config=k8s_config(standin))
+    deploy = KubernetesStack(
+        profile, run_dir=tmp_path, ledger=Ledger.in_dir(tmp_path), config=k8s_config(standin)
+    )
     deploy.up()  # someone else's deploy
     n = len(standin.calls())
-    attach = KubernetesStack(profile, run_dir=tmp_path, ledger=Ledger.in_dir(tmp_path),
-                             config=k8s_config(standin, mode=DeployMode.ATTACH))
+    attach = KubernetesStack(
+        profile,
+        run_dir=tmp_path,
+        ledger=Ledger.in_dir(tmp_path),
+        config=k8s_config(standin, mode=DeployMode.ATTACH),
+    )
     attach.up()
     attach.down()
     assert [c for c in standin.calls()[n:] if not c.startswith("GET")] == []
@@ -91,12 +100,22 @@ def test_attach_refuses_an_unlabelled_deployment(
     standin: KubeStandIn, profile: StackProfile, tmp_path: Path
 ) -> None:
     """No cluster can run here; API stand-in."""
-    other = KubernetesStack(profile, run_dir=tmp_path, ledger=Ledger.in_dir(tmp_path),
-                            config=k8s_config(standin, part_of="someone-else"))
+    other = KubernetesStack(
+        profile,
+        run_dir=tmp_path,
+        ledger=Ledger.in_dir(tmp_path),
+        config=k8s_config(standin, part_of="someone-else"),
+    )
     other.up()
-    attach = KubernetesStack(profile, run_dir=tmp_path, ledger=Ledger.in_dir(tmp_path),
-                             config=k8s_config(standin, mode=DeployMode.ATTACH))
-    with pytest.raises(BlastRadiusError, match="not labelled app.kubernetes.io/part-of=faultday-local"):
+    attach = KubernetesStack(
+        profile,
+        run_dir=tmp_path,
+        ledger=Ledger.in_dir(tmp_path),
+        config=k8s_config(standin, mode=DeployMode.ATTACH),
+    )
+    with pytest.raises(
+        BlastRadiusError, match=r"not labelled app\.kubernetes\.io/part-of=faultday-local"
+    ):
         attach.up()
 
 
@@ -105,8 +124,12 @@ def test_namespace_outside_allowlist_is_refused_before_any_call(
 ) -> None:
     """No cluster can run here; API stand-in."""
     with pytest.raises(BlastRadiusError, match="not in the allowlist"):
-        KubernetesStack(profile, run_dir=tmp_path, ledger=Ledger.in_dir(tmp_path),
-                        config=k8s_config(standin, allowed_namespaces=("staging",)))
+        KubernetesStack(
+            profile,
+            run_dir=tmp_path,
+            ledger=Ledger.in_dir(tmp_path),
+            config=k8s_config(standin, allowed_namespaces=("staging",)),
+        )
     assert standin.calls() == []
 
 
@@ -116,8 +139,11 @@ def test_restart_deletes_pods_and_waits_for_new_ready_ones(
     """No cluster can run here; API stand-in (its controller replaces deleted pods)."""
     k8s_stack.up()
     before = set(standin.objects("pods", NS))
-    old = {n for n, p in standin.objects("pods", NS).items()
-           if p["metadata"]["labels"]["app.kubernetes.io/name"] == "llm-primary"}
+    old = {
+        n
+        for n, p in standin.objects("pods", NS).items()
+        if p["metadata"]["labels"]["app.kubernetes.io/name"] == "llm-primary"
+    }
     n = len(standin.calls())
     k8s_stack.restart("llm-primary", timeout=5)
     assert [c for c in standin.calls()[n:] if c.startswith("DELETE")] == [
@@ -153,5 +179,10 @@ def test_port_forward_argv(standin: KubeStandIn, profile: StackProfile, tmp_path
     cfg = k8s_config(standin, endpoints=EndpointMode.PORT_FORWARD)
     stack = KubernetesStack(profile, run_dir=tmp_path, ledger=Ledger.in_dir(tmp_path), config=cfg)
     assert stack.port_forward_argv("agent", 8080) == [
-        "kubectl", "port-forward", "-n", NS, "svc/agent", ":8080"
+        "kubectl",
+        "port-forward",
+        "-n",
+        NS,
+        "svc/agent",
+        ":8080",
     ]

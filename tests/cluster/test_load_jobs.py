@@ -8,9 +8,9 @@ import json
 
 import kubernetes_validate
 import pytest
-from conftest import NS, PART_OF
 from kube_standin import KubeStandIn
 
+from conftest import NS, PART_OF
 from faultday.cluster.client import KubernetesCluster
 from faultday.cluster.config import ClusterAccess
 from faultday.cluster.guards import BlastRadius, BlastRadiusError
@@ -53,7 +53,9 @@ def test_jobs_validate_and_split_the_load() -> None:
 
 def test_apply_and_delete_in_order(standin: KubeStandIn) -> None:
     """No cluster can run here; API stand-in."""
-    cluster = KubernetesCluster(ClusterAccess(host=standin.url), BlastRadius(frozenset({NS}), PART_OF))
+    cluster = KubernetesCluster(
+        ClusterAccess(host=standin.url), BlastRadius(frozenset({NS}), PART_OF)
+    )
     try:
         docs = render_load_jobs(BASE, workers=2, namespace=NS, part_of=PART_OF)
         apply_load_jobs(cluster, docs)
@@ -64,8 +66,10 @@ def test_apply_and_delete_in_order(standin: KubeStandIn) -> None:
             f"PATCH /apis/batch/v1/namespaces/{NS}/jobs/faultday-load-workers",
         ]
         assert delete_load_jobs(cluster, docs) == [
-            "Job/faultday-load-workers", "Job/faultday-load-master",
-            "Service/faultday-load-master", "ConfigMap/faultday-load-config",
+            "Job/faultday-load-workers",
+            "Job/faultday-load-master",
+            "Service/faultday-load-master",
+            "ConfigMap/faultday-load-config",
         ]
         other = render_load_jobs(BASE, workers=1, namespace="prod", part_of=PART_OF)
         with pytest.raises(BlastRadiusError):

@@ -32,7 +32,11 @@ def _closed(node: Any) -> Any:
     which for us means a typo'd selector that matches everything or nothing."""
     if isinstance(node, dict):
         out = {k: _closed(v) for k, v in node.items()}
-        if out.get("type") == "object" and "properties" in out and "additionalProperties" not in out:
+        if (
+            out.get("type") == "object"
+            and "properties" in out
+            and "additionalProperties" not in out
+        ):
             out["additionalProperties"] = False
         return out
     if isinstance(node, list):
@@ -74,14 +78,23 @@ def test_relabelled_manifests_keep_selectors_consistent(profile: StackProfile) -
 def test_rbac_validates_and_covers_what_the_client_calls() -> None:
     docs = render_rbac(namespace="gameday", part_of="faultday-local")
     assert [d["kind"] for d in docs] == [
-        "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ClusterRole",
+        "ClusterRoleBinding",
     ]
     for d in docs:
         k8s_valid(d)
     role = docs[1]
     verbs = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
-    for needed in [("pods", "delete"), ("deployments", "patch"), ("podchaos", "create"),
-                   ("networkchaos", "delete"), ("configmaps", "patch")]:
+    for needed in [
+        ("pods", "delete"),
+        ("deployments", "patch"),
+        ("podchaos", "create"),
+        ("networkchaos", "delete"),
+        ("configmaps", "patch"),
+    ]:
         assert needed in verbs
     cluster_role = docs[3]
     assert cluster_role["rules"] == [
@@ -99,39 +112,77 @@ def test_rbac_schema_check_can_fail() -> None:
 
 
 CHAOS_CASES: list[dict[str, Any]] = [
-    {"kind": "NetworkChaos", "action": "delay", "latency": "250ms", "jitter": "50ms", "correlation": 25},
+    {
+        "kind": "NetworkChaos",
+        "action": "delay",
+        "latency": "250ms",
+        "jitter": "50ms",
+        "correlation": 25,
+    },
     {"kind": "NetworkChaos", "action": "loss", "percent": 30},
     {"kind": "NetworkChaos", "action": "partition", "peer": "qdrant", "direction": "both"},
     {"kind": "NetworkChaos", "action": "bandwidth", "rate": "1mbps", "duration": "30s"},
     {"kind": "PodChaos", "action": "pod-kill", "mode": "fixed", "value": "1", "grace_period": 0},
     {"kind": "PodChaos", "action": "pod-failure", "duration": "45s"},
     {"kind": "PodChaos", "action": "container-kill", "container_names": ["toxiproxy"]},
-    {"kind": "StressChaos", "cpu_workers": 2, "cpu_load": 80, "memory_workers": 1, "memory_size": "256MB"},
+    {
+        "kind": "StressChaos",
+        "cpu_workers": 2,
+        "cpu_load": 80,
+        "memory_workers": 1,
+        "memory_size": "256MB",
+    },
 ]
 
 
-@pytest.mark.parametrize("raw", CHAOS_CASES, ids=lambda r: f"{r['kind']}-{r.get('action', 'stress')}")
+@pytest.mark.parametrize(
+    "raw", CHAOS_CASES, ids=lambda r: f"{r['kind']}-{r.get('action', 'stress')}"
+)
 def test_chaos_objects_validate_against_crd_schema(raw: dict[str, Any]) -> None:
     params = ChaosMeshParams.model_validate(raw)
-    obj = build(params, name=object_name("Fault 1!", "abc123"), namespace="gameday",
-                component="agent", guard=GUARD, fault="Fault 1!")
+    obj = build(
+        params,
+        name=object_name("Fault 1!", "abc123"),
+        namespace="gameday",
+        component="agent",
+        guard=GUARD,
+        fault="Fault 1!",
+    )
     jsonschema.validate(obj, chaos_schema(obj["kind"]))
     sel = obj["spec"]["selector"]
-    assert sel == {"namespaces": ["gameday"], "labelSelectors": {
-        "app.kubernetes.io/part-of": "faultday-local", "app.kubernetes.io/name": "agent"}}
+    assert sel == {
+        "namespaces": ["gameday"],
+        "labelSelectors": {
+            "app.kubernetes.io/part-of": "faultday-local",
+            "app.kubernetes.io/name": "agent",
+        },
+    }
     assert obj["metadata"]["name"] == "faultday-fault-1-abc123"
     if params.peer:
-        assert obj["spec"]["target"]["selector"]["labelSelectors"]["app.kubernetes.io/name"] == "qdrant"
+        assert (
+            obj["spec"]["target"]["selector"]["labelSelectors"]["app.kubernetes.io/name"]
+            == "qdrant"
+        )
 
 
 def test_chaos_schema_check_can_fail() -> None:
-    obj = build(ChaosMeshParams(kind=ChaosKind.NETWORK, action="delay", latency="200ms"),
-                name="x", namespace="gameday", component="agent", guard=GUARD)
+    obj = build(
+        ChaosMeshParams(kind=ChaosKind.NETWORK, action="delay", latency="200ms"),
+        name="x",
+        namespace="gameday",
+        component="agent",
+        guard=GUARD,
+    )
     obj["spec"]["selector"]["labelSelector"] = obj["spec"]["selector"].pop("labelSelectors")
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(obj, chaos_schema("NetworkChaos"))
-    obj2 = build(ChaosMeshParams(kind=ChaosKind.NETWORK, action="delay", latency="200ms"),
-                 name="x", namespace="gameday", component="agent", guard=GUARD)
+    obj2 = build(
+        ChaosMeshParams(kind=ChaosKind.NETWORK, action="delay", latency="200ms"),
+        name="x",
+        namespace="gameday",
+        component="agent",
+        guard=GUARD,
+    )
     obj2["spec"]["delay"]["latency"] = "200 ms"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(obj2, chaos_schema("NetworkChaos"))
@@ -155,8 +206,13 @@ def test_chaos_params_reject_incomplete_objects(raw: dict[str, Any], msg: str) -
 
 def test_chaos_builder_refuses_namespace_outside_allowlist() -> None:
     with pytest.raises(BlastRadiusError, match="not in the allowlist"):
-        build(ChaosMeshParams(kind=ChaosKind.POD, action="pod-kill"), name="x",
-              namespace="kube-system", component="agent", guard=GUARD)
+        build(
+            ChaosMeshParams(kind=ChaosKind.POD, action="pod-kill"),
+            name="x",
+            namespace="kube-system",
+            component="agent",
+            guard=GUARD,
+        )
 
 
 def test_go_duration() -> None:

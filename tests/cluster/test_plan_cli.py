@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import typer
-from conftest import NS, REPO
 from kube_standin import KubeStandIn
 from typer.testing import CliRunner
 
+from conftest import NS, REPO
 from faultday.cluster.cli import register
 from faultday.cluster.kubernetes import KubernetesStack
 from faultday.cluster.plan import plan
@@ -56,8 +56,9 @@ def test_cli_plan_prints_every_object_without_calling_the_cluster(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "stack").symlink_to(REPO / "stack")
-    res = CliRunner().invoke(_app(), ["k8s", "plan", "-p", "local", "-n", "gameday",
-                                      "-s", str(scenario_file)])
+    res = CliRunner().invoke(
+        _app(), ["k8s", "plan", "-p", "local", "-n", "gameday", "-s", str(scenario_file)]
+    )
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
     assert lines[0].startswith("# dry run: profile local, namespace gameday, mode deploy")
@@ -65,9 +66,18 @@ def test_cli_plan_prints_every_object_without_calling_the_cluster(
     assert actions.count("apply") == 21 and actions.count("delete") == 21 + 1 + 1 + 1
     faults = [ln for ln in lines if "# fault" in ln or "# revert" in ln]
     assert [ln.split()[0] for ln in faults] == [
-        "delete", "cordon+taint", "delete", "untaint+uncordon", "create", "delete", "toxic"
+        "delete",
+        "cordon+taint",
+        "delete",
+        "untaint+uncordon",
+        "create",
+        "delete",
+        "toxic",
     ]
-    assert "gameday/-l app.kubernetes.io/part-of=faultday-local,app.kubernetes.io/name=tools" in faults[0]
+    assert (
+        "gameday/-l app.kubernetes.io/part-of=faultday-local,app.kubernetes.io/name=tools"
+        in faults[0]
+    )
     assert "NetworkChaos gameday/faultday-slow-<id>" in faults[4]
     assert "agent_to_qdrant via http://qdrant.gameday.svc.cluster.local:8474" in faults[6]
 
@@ -88,8 +98,10 @@ def test_cli_refuses_a_namespace_outside_the_configs_allowlist(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "stack").symlink_to(REPO / "stack")
     cfg = tmp_path / "target.yaml"
-    cfg.write_text("apiVersion: faultday/v1\nkind: KubernetesTarget\n"
-                   "spec: {namespace: gameday, allowed_namespaces: [gameday]}\n")
+    cfg.write_text(
+        "apiVersion: faultday/v1\nkind: KubernetesTarget\n"
+        "spec: {namespace: gameday, allowed_namespaces: [gameday]}\n"
+    )
     res = CliRunner().invoke(_app(), ["k8s", "plan", "-c", str(cfg), "-n", "prod"])
     assert res.exit_code == 4
     assert "namespace 'prod' is not in the allowlist" in res.output

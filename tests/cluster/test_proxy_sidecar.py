@@ -20,9 +20,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Ctx, engine_inject, k8s_config
 from kube_standin import KubeStandIn
 
+from conftest import Ctx, engine_inject, k8s_config
 from faultday.cluster.kubernetes import KubernetesStack
 from faultday.engine.ledger import Ledger
 from faultday.injectors.base import injector_registry
@@ -74,7 +74,9 @@ def test_latency_through_the_qdrant_sidecar(
 ) -> None:
     api_port = _free_port()
     stack = KubernetesStack(
-        profile, run_dir=tmp_path, ledger=Ledger.in_dir(tmp_path),
+        profile,
+        run_dir=tmp_path,
+        ledger=Ledger.in_dir(tmp_path),
         config=k8s_config(standin, proxy_overrides={"qdrant": f"http://127.0.0.1:{api_port}"}),
     )
     cm = next(d for d in stack.manifests() if d["metadata"]["name"] == "qdrant-toxiproxy")
@@ -87,7 +89,8 @@ def test_latency_through_the_qdrant_sidecar(
     log = (tmp_path / "sidecar.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "faultday.proxy", "--port", str(api_port), "--config", str(cfg)],
-        stdout=log, stderr=subprocess.STDOUT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         deadline = time.monotonic() + 20

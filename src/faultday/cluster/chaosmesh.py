@@ -76,7 +76,9 @@ class ChaosMeshParams(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         if self.kind == ChaosKind.NETWORK:
-            _need(self.action in NETWORK_ACTIONS, f"NetworkChaos action is one of {NETWORK_ACTIONS}")
+            _need(
+                self.action in NETWORK_ACTIONS, f"NetworkChaos action is one of {NETWORK_ACTIONS}"
+            )
             need = {"delay": self.latency, "bandwidth": self.rate}.get(str(self.action), True)
             if self.action in ("loss", "duplicate", "corrupt"):
                 need = self.percent
@@ -94,7 +96,9 @@ class ChaosMeshParams(BaseModel):
                 self.cpu_workers is not None or self.memory_workers is not None,
                 "StressChaos needs cpu_workers or memory_workers",
             )
-        _need(self.mode in ("one", "all") or self.value is not None, f"mode {self.mode} needs value")
+        _need(
+            self.mode in ("one", "all") or self.value is not None, f"mode {self.mode} needs value"
+        )
         return self
 
 
@@ -133,7 +137,7 @@ def _network_spec(p: ChaosMeshParams) -> dict[str, Any]:
     return spec
 
 
-def build(
+def build(  # noqa: PLR0912 - one branch per kind and optional field
     params: ChaosMeshParams,
     *,
     name: str,

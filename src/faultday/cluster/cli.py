@@ -14,7 +14,9 @@ from rich.console import Console
 
 from faultday.errors import FaultdayError, ScenarioError
 
-app = typer.Typer(help="Kubernetes: dry-run plans, RBAC, manifests, load Jobs.", no_args_is_help=True)
+app = typer.Typer(
+    help="Kubernetes: dry-run plans, RBAC, manifests, load Jobs.", no_args_is_help=True
+)
 out = Console(soft_wrap=True, highlight=False)
 err = Console(stderr=True, soft_wrap=True, highlight=False)
 
@@ -22,7 +24,9 @@ ProfileOpt = Annotated[str, typer.Option("--profile", "-p", help="Stack profile 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="A KubernetesTarget file (driver config).")
 ]
-NamespaceOpt = Annotated[str | None, typer.Option("--namespace", "-n", help="Overrides the config.")]
+NamespaceOpt = Annotated[
+    str | None, typer.Option("--namespace", "-n", help="Overrides the config.")
+]
 
 
 def register(app_: typer.Typer) -> None:
@@ -72,8 +76,10 @@ def plan(
         touches = make_plan(stack, scenario=sc, live=live)
     except FaultdayError as exc:
         raise _fail(exc) from exc
-    out.print(f"# dry run: profile {stack.profile.name}, namespace {stack.namespace}, "
-              f"mode {stack.config.mode}, label app.kubernetes.io/part-of={stack.part_of}")
+    out.print(
+        f"# dry run: profile {stack.profile.name}, namespace {stack.namespace}, "
+        f"mode {stack.config.mode}, label app.kubernetes.io/part-of={stack.part_of}"
+    )
     for t in touches:
         out.print(str(t))
 
@@ -97,7 +103,9 @@ def rbac(
 
 
 @app.command()
-def manifests(profile: ProfileOpt = "local", config: ConfigOpt = None, namespace: NamespaceOpt = None) -> None:
+def manifests(
+    profile: ProfileOpt = "local", config: ConfigOpt = None, namespace: NamespaceOpt = None
+) -> None:
     """Print the manifests `up` applies (the renderer's, placed in the namespace)."""
     try:
         stack = _stack(profile, config, namespace)

@@ -113,7 +113,7 @@ class KubernetesCluster:
         return self._api_client
 
     def api(self, name: str) -> Any:
-        from kubernetes import client  # noqa: PLC0415 - optional extra
+        from kubernetes import client
 
         return getattr(client, name)(self._client())
 
@@ -128,8 +128,8 @@ class KubernetesCluster:
 
     @contextmanager
     def _call(self, what: str) -> Iterator[None]:
-        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-        from urllib3.exceptions import HTTPError  # noqa: PLC0415
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
         try:
             yield
@@ -272,7 +272,9 @@ class KubernetesCluster:
             raise
         return True
 
-    def read_labels(self, *, api_version: str, kind: str, namespace: str, name: str) -> dict[str, str] | None:
+    def read_labels(
+        self, *, api_version: str, kind: str, namespace: str, name: str
+    ) -> dict[str, str] | None:
         """The object's labels, or None when it does not exist."""
         api_name, resource = _kind(api_version, kind)
         method = getattr(self.api(api_name), f"read_namespaced_{resource}")
@@ -336,13 +338,19 @@ class KubernetesCluster:
         meta = obj.get("metadata") or {}
         name, namespace = str(meta.get("name")), meta.get("namespace")
         kind = str(obj.get("kind"))
-        self.guard.check_object(kind=kind, namespace=namespace, name=name, labels=meta.get("labels"))
+        self.guard.check_object(
+            kind=kind, namespace=namespace, name=name, labels=meta.get("labels")
+        )
         custom = self.api("CustomObjectsApi")
         try:
             self._do(
                 f"create {kind} {namespace}/{name}",
                 lambda: custom.create_namespaced_custom_object(
-                    CHAOS_GROUP, CHAOS_VERSION, namespace, plural, dict(obj),
+                    CHAOS_GROUP,
+                    CHAOS_VERSION,
+                    namespace,
+                    plural,
+                    dict(obj),
                     _request_timeout=self.timeout,
                 ),
             )
@@ -350,7 +358,8 @@ class KubernetesCluster:
             if exc.status == 404:
                 raise ClusterError(
                     f"Chaos Mesh is not installed: no {CHAOS_GROUP}/{CHAOS_VERSION} {plural} "
-                    f"in the cluster ({exc})", status=404,
+                    f"in the cluster ({exc})",
+                    status=404,
                 ) from exc
             raise
 
@@ -360,7 +369,11 @@ class KubernetesCluster:
             obj = self._do(
                 f"get {plural} {namespace}/{name}",
                 lambda: custom.get_namespaced_custom_object(
-                    CHAOS_GROUP, CHAOS_VERSION, namespace, plural, name,
+                    CHAOS_GROUP,
+                    CHAOS_VERSION,
+                    namespace,
+                    plural,
+                    name,
                     _request_timeout=self.timeout,
                 ),
             )
@@ -377,7 +390,11 @@ class KubernetesCluster:
             self._do(
                 f"delete {plural} {namespace}/{name}",
                 lambda: custom.delete_namespaced_custom_object(
-                    CHAOS_GROUP, CHAOS_VERSION, namespace, plural, name,
+                    CHAOS_GROUP,
+                    CHAOS_VERSION,
+                    namespace,
+                    plural,
+                    name,
                     _request_timeout=self.timeout,
                 ),
             )
@@ -393,14 +410,18 @@ def _kind(api_version: str, kind: str) -> tuple[str, str]:
         return _KINDS[(api_version, kind)]
     except KeyError:
         known = ", ".join(sorted(f"{k} ({v})" for v, k in _KINDS))
-        raise ClusterError(f"faultday does not apply {kind} ({api_version}); it applies {known}") from None
+        raise ClusterError(
+            f"faultday does not apply {kind} ({api_version}); it applies {known}"
+        ) from None
 
 
 def _pod_ref(p: Any) -> PodRef:
     status = p.status
     conds = (status.conditions if status else None) or []
     ready = any(c.type == "Ready" and c.status == "True" for c in conds)
-    restarts = sum(cs.restart_count or 0 for cs in (status.container_statuses or [])) if status else 0
+    restarts = (
+        sum(cs.restart_count or 0 for cs in (status.container_statuses or [])) if status else 0
+    )
     return PodRef(
         name=p.metadata.name,
         namespace=p.metadata.namespace or "",

@@ -49,17 +49,17 @@ class ClusterAccess(_Strict):
     def client(self) -> ApiClient:
         """A fresh ``kubernetes.client.ApiClient`` for this access (caller closes it)."""
         try:
-            from kubernetes import client, config  # noqa: PLC0415 - optional extra
+            from kubernetes import client, config
         except ImportError as exc:
             raise StackError("the kubernetes driver needs faultday[k8s]") from exc
         cfg = client.Configuration()
         if self.host:
             cfg.host = self.host
         elif self.in_cluster:
-            config.load_incluster_config(client_configuration=cfg)
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         else:
             try:
-                config.load_kube_config(
+                config.load_kube_config(  # type: ignore[no-untyped-call]
                     config_file=self.kubeconfig, context=self.context, client_configuration=cfg
                 )
             except (config.ConfigException, OSError) as exc:

@@ -54,10 +54,10 @@ def _seconds(text: str) -> int:
 
 def container_port(profile: StackProfile, component: str) -> int:
     """The component's main port inside its container (the renderer's table)."""
-    from faultday.stack import render  # noqa: PLC0415
+    from faultday.stack import render
 
     # The renderer keeps its port table private; ask the stack owner for an accessor.
-    table = render._PORTS  # noqa: SLF001
+    table = render._PORTS
     ports = table.get(profile.spec.components[component].type, table["command"])
     return int(ports[0].number)
 
@@ -91,7 +91,7 @@ class DockerStack:
     # -- rendering and the command plan ---------------------------------------------------
 
     def _render(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        from faultday.stack.render import render_profile  # noqa: PLC0415
+        from faultday.stack.render import render_profile
 
         with tempfile.TemporaryDirectory(prefix="faultday-docker-") as tmp:
             render_profile(self.profile, driver="docker", out=Path(tmp))
@@ -125,7 +125,10 @@ class DockerStack:
         vols = {}
         for v in svc.get("volumes", []):
             src, dst, *mode = v.split(":")
-            vols[str((self.render_dir / src).resolve())] = {"bind": dst, "mode": mode[0] if mode else "rw"}
+            vols[str((self.render_dir / src).resolve())] = {
+                "bind": dst,
+                "mode": mode[0] if mode else "rw",
+            }
         if vols:
             args["volumes"] = vols
         if hc := svc.get("healthcheck"):
@@ -137,10 +140,12 @@ class DockerStack:
             }
         devices = svc.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices")
         if devices:
-            from docker.types import DeviceRequest  # noqa: PLC0415
+            from docker.types import DeviceRequest  # type: ignore[import-untyped]
 
             args["device_requests"] = [
-                DeviceRequest(driver=d["driver"], count=d["count"], capabilities=[d["capabilities"]])
+                DeviceRequest(
+                    driver=d["driver"], count=d["count"], capabilities=[d["capabilities"]]
+                )
                 for d in devices
             ]
         return args
@@ -154,10 +159,13 @@ class DockerStack:
     def _docker(self) -> Any:
         if self._client is None:
             try:
-                import docker  # noqa: PLC0415
+                import docker  # type: ignore[import-untyped]
             except ImportError as exc:
                 raise StackError("the docker driver needs faultday[k8s] (the docker SDK)") from exc
-            kw: dict[str, Any] = {"version": self.config.api_version, "timeout": self.config.timeout}
+            kw: dict[str, Any] = {
+                "version": self.config.api_version,
+                "timeout": self.config.timeout,
+            }
             try:
                 if self.config.base_url:
                     self._client = docker.DockerClient(base_url=self.config.base_url, **kw)
@@ -168,8 +176,8 @@ class DockerStack:
         return self._client
 
     def _errors(self) -> tuple[type[BaseException], ...]:
-        import docker  # noqa: PLC0415
-        import requests  # noqa: PLC0415
+        import docker
+        import requests
 
         return (docker.errors.DockerException, requests.RequestException)
 
@@ -177,13 +185,15 @@ class DockerStack:
 
     def up(self, *, timeout: float | None = None) -> None:
         """Write the rendering, create the network, start services in dependency order."""
-        from faultday.stack.render import render_profile  # noqa: PLC0415
+        from faultday.stack.render import render_profile
 
         render_profile(self.profile, driver="docker", out=self.render_dir)
         client = self._docker()
         deadline = time.monotonic() + (timeout or self.config.ready_timeout)
         try:
-            client.networks.create(self.network, driver="bridge", labels={PART_OF_LABEL: self.part_of})
+            client.networks.create(
+                self.network, driver="bridge", labels={PART_OF_LABEL: self.part_of}
+            )
             for service in self.start_order():
                 self._containers[service] = self._create(service)
                 self._containers[service].start()
@@ -196,7 +206,7 @@ class DockerStack:
             raise
 
     def _create(self, service: str) -> Any:
-        import docker  # noqa: PLC0415
+        import docker
 
         client = self._docker()
         args = self.create_args(service)
@@ -273,28 +283,39 @@ class DockerStack:
         return [*self._compose["services"], *self._edges]
 
     def endpoints(self) -> dict[str, str]:
-        return {
-            c: f"{self.profile.ctype(c).scheme}://{HOST}:{self._published(c, container_port(self.profile, c))}"
-            for c in self._containers
-        }
+        out = {}
+        for c in self._containers:
+            port = self._published(c, container_port(self.profile, c))
+            out[c] = f"{self.profile.ctype(c).scheme}://{HOST}:{port}"
+        return out
 
     def target(self, name: str) -> Target:
         if name in self._compose["services"]:
             ctype = self.profile.ctype(name)
             url = self.endpoints()[name]
-            return Target(name=name, kind=TargetKind.COMPONENT, component_type=ctype.name, url=url,
-                          admin_url=f"{url}{ctype.admin_path}" if ctype.admin_path else "")
+            return Target(
+                name=name,
+                kind=TargetKind.COMPONENT,
+                component_type=ctype.name,
+                url=url,
+                admin_url=f"{url}{ctype.admin_path}" if ctype.admin_path else "",
+            )
         if name in self._edges:
             e = self._edges[name]
             proxy = str(self.profile.spec.proxy)
             listen = next(p["listen"] for p in self._proxies if p["name"] == e.proxy_name)
             return Target(
-                name=name, kind=TargetKind.EDGE, component_type=self.profile.ctype(e.dst).name,
+                name=name,
+                kind=TargetKind.EDGE,
+                component_type=self.profile.ctype(e.dst).name,
                 url=f"{proxy}:{listen.rsplit(':', 1)[1]}",
-                proxy_api=self.endpoints()[proxy], proxy_name=e.proxy_name,
+                proxy_api=self.endpoints()[proxy],
+                proxy_name=e.proxy_name,
                 upstream=f"{e.dst}:{container_port(self.profile, e.dst)}",
             )
-        raise StackError(f"no component or edge {name!r}{did_you_mean(name, set(self.target_names()))}")
+        raise StackError(
+            f"no component or edge {name!r}{did_you_mean(name, set(self.target_names()))}"
+        )
 
     def versions(self) -> dict[str, str]:
         return {s: str(v["image"]) for s, v in self._compose["services"].items()}
@@ -303,20 +324,39 @@ class DockerStack:
         comps = []
         for s in self._compose["services"]:
             c = self._containers.get(s)
-            state = (c.attrs.get("State", {}) if c is not None else {})
+            state = c.attrs.get("State", {}) if c is not None else {}
             health = (state.get("Health") or {}).get("Status") or state.get("Status") or "stopped"
             url = self.endpoints()[s] if c is not None else ""
-            comps.append(ComponentInfo(
-                name=s, type=self.profile.ctype(s).name, url=url, admin_url="",
-                ports={"port": container_port(self.profile, s)}, pid=state.get("Pid"),
-                health=str(health), restarts=int(c.attrs.get("RestartCount", 0)) if c else 0,
-                log=f"docker logs {self.container_name(s)}",
-            ))
+            comps.append(
+                ComponentInfo(
+                    name=s,
+                    type=self.profile.ctype(s).name,
+                    url=url,
+                    admin_url="",
+                    ports={"port": container_port(self.profile, s)},
+                    pid=state.get("Pid"),
+                    health=str(health),
+                    restarts=int(c.attrs.get("RestartCount", 0)) if c else 0,
+                    log=f"docker logs {self.container_name(s)}",
+                )
+            )
         edges = [
-            EdgeInfo(name=e.name, src=e.src, dst=e.dst, listen="", upstream="",
-                     proxy_name=e.proxy_name, proxy_api="")
+            EdgeInfo(
+                name=e.name,
+                src=e.src,
+                dst=e.dst,
+                listen="",
+                upstream="",
+                proxy_name=e.proxy_name,
+                proxy_api="",
+            )
             for e in self._edges.values()
         ]
-        return StackInfo(profile=self.profile.name, source=self.profile.source,
-                         run_dir=str(self.run_dir), policy=self.policy,
-                         components=tuple(comps), edges=tuple(edges))
+        return StackInfo(
+            profile=self.profile.name,
+            source=self.profile.source,
+            run_dir=str(self.run_dir),
+            policy=self.policy,
+            components=tuple(comps),
+            edges=tuple(edges),
+        )

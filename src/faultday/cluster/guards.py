@@ -90,7 +90,8 @@ class BlastRadius:
         return out
 
     def to_json(self) -> dict[str, JsonValue]:
-        return {"namespaces": sorted(self.namespaces), "part_of": self.part_of}
+        namespaces: list[JsonValue] = [*sorted(self.namespaces)]
+        return {"namespaces": namespaces, "part_of": self.part_of}
 
     @classmethod
     def from_json(cls, raw: JsonValue) -> BlastRadius:

@@ -69,7 +69,7 @@ class Touch:
 
 def rendered_manifests(profile: StackProfile) -> list[dict[str, Any]]:
     """The stack renderer's k8s objects for ``profile`` (rendered into a temp folder)."""
-    from faultday.stack.render import render_profile  # noqa: PLC0415 - heavy, optional
+    from faultday.stack.render import render_profile
 
     with tempfile.TemporaryDirectory(prefix="faultday-k8s-") as tmp:
         files = render_profile(profile, driver="k8s", out=Path(tmp))
@@ -93,8 +93,8 @@ def _relabel(node: Any, part_of: str) -> Any:
 def place(docs: list[dict[str, Any]], *, namespace: str, part_of: str) -> list[dict[str, Any]]:
     """Set every object's namespace and part-of label, ordered for apply."""
     out = []
-    for d in docs:
-        d = _relabel(d, part_of)
+    for raw in docs:
+        d = _relabel(raw, part_of)
         d["metadata"]["namespace"] = namespace
         d["metadata"].setdefault("labels", {})[PART_OF_LABEL] = part_of
         out.append(d)
@@ -128,7 +128,9 @@ class KubernetesStack:
         self.guard.check_namespace(self.namespace)
         self.cluster = cluster or KubernetesCluster(self.config.access, self.guard)
         self._edges = {e.name: e for e in profile.edges()} if profile.spec.proxy else {}
-        self._docs = place(rendered_manifests(profile), namespace=self.namespace, part_of=self.part_of)
+        self._docs = place(
+            rendered_manifests(profile), namespace=self.namespace, part_of=self.part_of
+        )
         self._forwards: dict[tuple[str, int], tuple[subprocess.Popen[bytes], int]] = {}
         self._up = False
 
@@ -260,7 +262,7 @@ class KubernetesStack:
                     self.down()
                 except StackError as down_exc:
                     # The first failure is the one to report; the leftovers are logged.
-                    log.error("after a failed up: %s", down_exc)
+                    log.error("after a failed up: %s", down_exc)  # noqa: TRY400 - no traceback wanted
             raise StackError(str(exc)) from exc
         self._up = True
 
@@ -271,11 +273,14 @@ class KubernetesStack:
             )
             if labels is None:
                 raise StackError(f"attach: no Deployment {self.namespace}/{c}")
-            self.guard.check_object(kind="Deployment", namespace=self.namespace, name=c, labels=labels)
+            self.guard.check_object(
+                kind="Deployment", namespace=self.namespace, name=c, labels=labels
+            )
 
     def _wait_ready(self, components: list[str], timeout: float) -> None:
         deadline = time.monotonic() + timeout
         for c in components:
+
             def ready(c: str = c) -> bool:
                 d = self.cluster.deployment(self.namespace, c)
                 return d is not None and d.is_ready

@@ -22,7 +22,10 @@ FAULTDAY_IMAGE = "ghcr.io/faultday/faultday:latest"
 MASTER_PORT = 5557
 ROLE_LABEL = "faultday.dev/load-role"
 # The locustfile ships inside the faultday package; find it where the image installed it.
-_LOCUSTFILE = '"$(python -c \'import faultday.load, os; print(os.path.dirname(faultday.load.__file__))\')/locustfile.py"'
+_LOCUSTFILE = (
+    "\"$(python -c 'import faultday.load, os; print(os.path.dirname(faultday.load.__file__))')"
+    '/locustfile.py"'
+)
 _COMMON = (
     f"exec python -m locust -f {_LOCUSTFILE} --headless --only-summary --loglevel WARNING "
     "--exit-code-on-error 0"
@@ -141,7 +144,11 @@ def delete_load_jobs(cluster: KubernetesCluster, docs: list[dict[str, Any]]) -> 
     gone = []
     for d in reversed(docs):
         meta = d["metadata"]
-        if cluster.delete(api_version=d["apiVersion"], kind=d["kind"],
-                          namespace=meta["namespace"], name=meta["name"]):
+        if cluster.delete(
+            api_version=d["apiVersion"],
+            kind=d["kind"],
+            namespace=meta["namespace"],
+            name=meta["name"],
+        ):
             gone.append(f"{d['kind']}/{meta['name']}")
     return gone

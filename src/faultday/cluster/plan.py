@@ -27,8 +27,13 @@ def plan(
     return out
 
 
-def _pods(stack: KubernetesStack, component: str, cluster: KubernetesCluster | None,
-          *, node: str | None = None) -> list[str]:
+def _pods(
+    stack: KubernetesStack,
+    component: str,
+    cluster: KubernetesCluster | None,
+    *,
+    node: str | None = None,
+) -> list[str]:
     if cluster is None:
         sel = stack.selector(component) + (f",spec.nodeName={node}" if node else "")
         return [f"-l {sel}"]
@@ -44,8 +49,10 @@ def fault_touches(
     w = fault.with_
     if fault.inject == "pod_delete":
         amount = f"{w['percent']}% of" if "percent" in w else f"{w.get('count', 1)} of"
-        return [Touch("delete", "Pod", ns, p, f"{why}: {amount} these")
-                for p in _pods(stack, fault.target, cluster)]
+        return [
+            Touch("delete", "Pod", ns, p, f"{why}: {amount} these")
+            for p in _pods(stack, fault.target, cluster)
+        ]
     if fault.inject == "node_gpu_loss":
         node = str(w.get("node") or "")
         if not node and cluster is not None:
@@ -56,17 +63,35 @@ def fault_touches(
         shown = node or f"<node of {fault.target}>"
         out = [Touch("cordon+taint", "Node", "", shown, f"{why}: nvidia.com/gpu=unhealthy")]
         if w.get("delete_pods", True):
-            out += [Touch("delete", "Pod", ns, p, f"{why}: on {shown}")
-                    for p in _pods(stack, fault.target, cluster, node=node or None)]
+            out += [
+                Touch("delete", "Pod", ns, p, f"{why}: on {shown}")
+                for p in _pods(stack, fault.target, cluster, node=node or None)
+            ]
         return [*out, Touch("untaint+uncordon", "Node", "", shown, f"revert of {fault.name}")]
     if fault.inject == "chaos_mesh":
         params = ChaosMeshParams.model_validate({k: v for k, v in w.items() if k != "gone_timeout"})
         name = object_name(fault.name, "<id>")
         return [
-            Touch("create", str(params.kind), ns, name, f"{why}: selects {stack.selector(fault.target)}"),
+            Touch(
+                "create",
+                str(params.kind),
+                ns,
+                name,
+                f"{why}: selects {stack.selector(fault.target)}",
+            ),
             Touch("delete", str(params.kind), ns, name, f"revert of {fault.name}"),
         ]
     if fault.target in stack.target_names() and "->" in fault.target:
         e = stack.target(fault.target)
-        return [Touch("toxic", "Toxiproxy", ns, f"{e.proxy_name} via {e.proxy_api}", f"{why}: {fault.inject}")]
-    return [Touch("none", "-", ns, fault.target, f"{why}: {fault.inject} touches no cluster object")]
+        return [
+            Touch(
+                "toxic",
+                "Toxiproxy",
+                ns,
+                f"{e.proxy_name} via {e.proxy_api}",
+                f"{why}: {fault.inject}",
+            )
+        ]
+    return [
+        Touch("none", "-", ns, fault.target, f"{why}: {fault.inject} touches no cluster object")
+    ]

@@ -30,7 +30,11 @@ NAMESPACE_RULES: tuple[dict[str, Any], ...] = (
         "resources": ["deployments"],
         "verbs": ["get", "list", "watch", "create", "patch", "delete"],
     },
-    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "create", "patch", "delete"]},
+    {
+        "apiGroups": ["batch"],
+        "resources": ["jobs"],
+        "verbs": ["get", "list", "create", "patch", "delete"],
+    },
     {
         "apiGroups": ["chaos-mesh.org"],
         "resources": ["networkchaos", "podchaos", "stresschaos"],
@@ -53,13 +57,21 @@ def _meta(name: str, part_of: str, namespace: str | None = None) -> dict[str, An
 
 
 def render_rbac(
-    *, namespace: str, part_of: str, node_access: bool = True, service_account: str = SERVICE_ACCOUNT
+    *,
+    namespace: str,
+    part_of: str,
+    node_access: bool = True,
+    service_account: str = SERVICE_ACCOUNT,
 ) -> list[dict[str, Any]]:
     """ServiceAccount, Role, RoleBinding (and ClusterRole + binding when ``node_access``)."""
     role = f"faultday-{part_of.removeprefix('faultday-')}"
     subject = {"kind": "ServiceAccount", "name": service_account, "namespace": namespace}
     docs: list[dict[str, Any]] = [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(service_account, part_of, namespace)},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _meta(service_account, part_of, namespace),
+        },
         {
             "apiVersion": RBAC_API,
             "kind": "Role",

@@ -100,7 +100,9 @@ class PodDelete(Injector):
     summary = "Kubernetes: delete N or N% of a component's pods"
     Params = PodDeleteParams
 
-    def prepare(self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str) -> Revert:
+    def prepare(
+        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+    ) -> Revert:
         assert isinstance(params, PodDeleteParams)
         stack = _stack(ctx, self.name)
         data = _base_data(stack, target.name)
@@ -168,7 +170,9 @@ class NodeGpuLoss(Injector):
     Params = NodeGpuLossParams
     component_types = LLM_TYPES
 
-    def prepare(self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str) -> Revert:
+    def prepare(
+        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+    ) -> Revert:
         """Find and guard-check the node; record its state before the fault (reads only)."""
         assert isinstance(params, NodeGpuLossParams)
         stack = _stack(ctx, self.name)
@@ -194,7 +198,7 @@ class NodeGpuLoss(Injector):
             node=node_name,
             was_unschedulable=node.unschedulable,
             had_taint=taint in node.taints,
-            taint=taint.to_api(),
+            taint={**taint.to_api()},
         )
         return Revert(self.name, fault, target.name, "uncordon_untaint", data)
 
@@ -251,7 +255,9 @@ class ChaosMesh(Injector):
     Params = ChaosMeshInjectorParams
     suffix_len: ClassVar[int] = 8
 
-    def prepare(self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str) -> Revert:
+    def prepare(
+        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+    ) -> Revert:
         assert isinstance(params, ChaosMeshInjectorParams)
         stack = _stack(ctx, self.name)
         if params.peer is not None and params.peer not in stack.components():

@@ -16,10 +16,29 @@ import yaml
 
 KEEP = {
     "networkchaos": {
-        "action", "mode", "value", "selector", "direction", "target", "delay", "loss",
-        "duplicate", "corrupt", "bandwidth", "duration", "externalTargets",
+        "action",
+        "mode",
+        "value",
+        "selector",
+        "direction",
+        "target",
+        "delay",
+        "loss",
+        "duplicate",
+        "corrupt",
+        "bandwidth",
+        "duration",
+        "externalTargets",
     },
-    "podchaos": {"action", "mode", "value", "selector", "containerNames", "duration", "gracePeriod"},
+    "podchaos": {
+        "action",
+        "mode",
+        "value",
+        "selector",
+        "containerNames",
+        "duration",
+        "gracePeriod",
+    },
     "stresschaos": {"mode", "value", "selector", "containerNames", "duration", "stressors"},
 }
 
