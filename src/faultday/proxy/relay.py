@@ -276,33 +276,43 @@ class Direction:
             return
         if self.pipe is None:
             self.pipe = self.conn.proxy.pipes.get()
+        self._splice_in()
+
+    def _splice_in(self) -> None:
+        assert self.pipe is not None
         try:
-            n = os.splice(self.src_fd, self.pipe[1], PIPE_SIZE, flags=_SPLICE_FLAGS)
+            n = os.splice(self.src_fd, self.pipe[1], PIPE_SIZE, None, None, _SPLICE_FLAGS)
         except BlockingIOError:
             return
         except OSError:
             self.conn.close()
             return
         if n == 0:
-            self.eof = True
-            self._read_off()
-            if not self.in_pipe:
-                self._finish()
+            self._fast_eof()
             return
         self.counters.received[self.idx] += n
         self.in_pipe += n
         self._fast_flush()
 
+    def _fast_eof(self) -> None:
+        self.eof = True
+        self._read_off()
+        if not self.in_pipe:
+            self._finish()
+
+    def _arm_writer(self) -> None:
+        if not self.writing:
+            self._read_off()
+            self.loop.add_writer(self.dst_fd, self._fast_flush)
+            self.writing = True
+
     def _fast_flush(self) -> None:
-        assert self.pipe is not None
         while self.in_pipe:
+            assert self.pipe is not None
             try:
-                n = os.splice(self.pipe[0], self.dst_fd, self.in_pipe, flags=_SPLICE_FLAGS)
+                n = os.splice(self.pipe[0], self.dst_fd, self.in_pipe, None, None, _SPLICE_FLAGS)
             except BlockingIOError:
-                if not self.writing:
-                    self._read_off()
-                    self.loop.add_writer(self.dst_fd, self._fast_flush)
-                    self.writing = True
+                self._arm_writer()
                 return
             except OSError:
                 self.conn.close()
@@ -323,10 +333,10 @@ class Direction:
         self._read_off()
         self._write_off()
         self.mode = Mode.PUMP
-        if self.pipe is not None and self.in_pipe:
-            # Bytes already taken from the source go first, through the toxics.
+        # Bytes already taken from the source go first, through the toxics.
+        while self.pipe is not None and self.in_pipe:
             data = os.read(self.pipe[0], self.in_pipe)
-            self.in_pipe = 0
+            self.in_pipe -= len(data)
             self._push(data)
         if not self.eof:
             self._read_on(self._pump_readable)
