@@ -19,6 +19,12 @@ app = typer.Typer(help="faultday's Toxiproxy-compatible fault proxy.", no_args_i
 READY_PREFIX = "faultday-proxy ready"
 
 
+@app.callback()
+def proxy() -> None:
+    """faultday's Toxiproxy-compatible fault proxy."""
+    # A callback keeps `serve` a subcommand even while it is the only one.
+
+
 def load_config(path: Path) -> tuple[ProxySpec, ...]:
     """A Toxiproxy ``-config`` file: a JSON array of proxies."""
     try:
