@@ -351,7 +351,9 @@ class Stack:
                 kind=TargetKind.COMPONENT,
                 component_type=ctype.name,
                 url=url,
-                admin_url=f"{url}{ctype.admin_path}" if ctype.admin_path else "",
+                # Injectors append their own admin paths (/admin/faults/…) to this base,
+                # like the llmsim and tools fault clients do; the full path is for display.
+                admin_url=url if ctype.admin_path else "",
                 pid=m.pid if m is not None else None,
             )
         if name in self._edges:
