@@ -28,7 +28,13 @@ VLLM_FAMILIES = {
     "vllm:prompt_tokens": "counter",
     "vllm:prompt_tokens_by_source": "counter",
     "vllm:prompt_tokens_cached": "counter",
-    "vllm:prompt_tokens_recomputed": "counter",
+    "vllm:prompt_tokens_cached_by_source": "counter",
+    "vllm:num_requests_waiting_by_reason": "gauge",
+    "vllm:estimated_flops_per_gpu": "counter",
+    "vllm:estimated_read_bytes_per_gpu": "counter",
+    "vllm:estimated_write_bytes_per_gpu": "counter",
+    "vllm:admission_rejections": "counter",
+    "vllm:request_num_preemptions": "histogram",
     "vllm:generation_tokens": "counter",
     "vllm:request_success": "counter",
     "vllm:request_prompt_tokens": "histogram",
@@ -159,6 +165,62 @@ def test_plain_endpoints_and_errors(sim: Sim) -> None:
     assert "maximum context length" in str(err.value)
 
 
+def test_errors_have_vllm_shapes(sim: Sim) -> None:
+    """Validation errors, unknown paths and methods answer as vLLM 0.32 (FastAPI) does."""
+    resp = httpx.post(f"{sim.url}/v1/chat/completions", json={"model": "test-model"}, timeout=5)
+    assert resp.status_code == 400
+    assert resp.json() == {
+        "error": {
+            "message": "1 validation error:\n  {'type': 'missing', 'loc': 'body.messages', "
+            "'msg': 'Field required', 'input': '<dict of 1 items>'}",
+            "type": "Bad Request",
+            "param": "body.messages",
+            "code": 400,
+        }
+    }
+    resp = httpx.post(
+        f"{sim.url}/v1/chat/completions",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+        timeout=5,
+    )
+    assert resp.status_code == 400
+    assert resp.json()["error"]["type"] == "Bad Request"
+    assert resp.json()["error"]["param"] == "body.1"
+    resp = httpx.post(f"{sim.url}/v1/completions", json={"model": "test-model"}, timeout=5)
+    assert resp.status_code == 400
+    assert resp.json()["error"]["type"] == "BadRequestError"
+    assert resp.json()["error"]["param"] == "prompt"
+    nope = httpx.get(f"{sim.url}/no/such/path", timeout=5)
+    assert (nope.status_code, nope.json()) == (404, {"detail": "Not Found"})
+    wrong = httpx.get(f"{sim.url}/v1/completions", timeout=5)
+    assert (wrong.status_code, wrong.json()) == (405, {"detail": "Method Not Allowed"})
+
+
+def test_http_families_count_requests_like_the_instrumentator(sim: Sim) -> None:
+    good = json.dumps({"model": "test-model", "prompt": "count me", "max_tokens": 3}).encode()
+    bad = json.dumps({"model": "other", "prompt": "count me", "max_tokens": 3}).encode()
+    headers = {"content-type": "application/json"}
+    ok = httpx.post(f"{sim.url}/v1/completions", content=good, headers=headers, timeout=5)
+    httpx.post(f"{sim.url}/v1/completions", content=bad, headers=headers, timeout=5)
+    httpx.get(f"{sim.url}/no/such/path", timeout=5)
+    for path in ("/health", "/ping", "/version", "/load", "/metrics"):
+        httpx.get(f"{sim.url}{path}", timeout=5)
+    m = sim.metrics()
+    key = "http_requests_total[('handler', '/v1/completions'), ('method', 'POST'), ('status', {})]"
+    assert m[key.format("'2xx'")] == 1
+    assert m[key.format("'4xx'")] == 1
+    assert m["http_requests_total[('handler', 'none'), ('method', 'GET'), ('status', '4xx')]"] == 1
+    # Probes and /metrics are not counted, as in vLLM.
+    assert not [k for k in m if k.startswith("http_requests_total") and "/health" in k]
+    assert m["http_request_size_bytes_count[('handler', '/v1/completions')]"] == 2
+    assert m["http_request_size_bytes_sum[('handler', '/v1/completions')]"] == len(good) + len(bad)
+    assert m["http_response_size_bytes_sum[('handler', '/v1/completions')]"] > len(ok.content)
+    assert m["http_request_duration_highr_seconds_count"] == 3
+    dur = "http_request_duration_seconds_count[('handler', '/v1/completions'), ('method', 'POST')]"
+    assert m[dur] == 2
+
+
 def test_metrics_families_types_and_labels(sim: Sim) -> None:
     client(sim).completions.create(model="test-model", prompt="count me", max_tokens=3)
     text = httpx.get(f"{sim.url}/metrics", timeout=5).text
@@ -175,7 +237,9 @@ def test_metrics_families_types_and_labels(sim: Sim) -> None:
         if name.startswith("vllm:") and name != "vllm:cache_config_info":
             for s in fam.samples:
                 assert s.labels["model_name"] == "test-model"
-                assert s.labels["engine"] == "0"
+                # The API server rejects at admission, before any engine: no engine label.
+                if not name.startswith("vllm:admission_rejections"):
+                    assert s.labels["engine"] == "0"
     m = sim.metrics()
     assert m["vllm:generation_tokens_total"] == 3
     assert m["vllm:request_success_total[('finished_reason', 'length')]"] == 1

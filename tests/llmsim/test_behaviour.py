@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -39,9 +40,35 @@ def test_queue_cap_answers_503(start_sim: Callable[..., Sim]) -> None:
         "POST", f"{sim.url}/v1/completions", json={"prompt": "first", "stream": True}, timeout=5
     ) as first:
         assert first.status_code == 200
-        resp = httpx.post(f"{sim.url}/v1/completions", json={"prompt": "x"}, timeout=5)
-        assert resp.status_code == 503
-        assert resp.json()["error"]["code"] == 503
+        for _ in range(2):
+            resp = httpx.post(f"{sim.url}/v1/completions", json={"prompt": "x"}, timeout=5)
+            assert resp.status_code == 503
+            assert resp.json()["error"]["code"] == 503
+        m = sim.metrics()
+        assert m["vllm:admission_rejections_total[('reason', 'max_num_queued_reqs')]"] == 2
+        assert m["vllm:admission_rejections_total[('reason', 'max_num_queued_tokens')]"] == 0
+        assert m["http_requests_total[('handler', '/v1/completions'), ('method', 'POST'), "
+                 "('status', '5xx')]"] == 2  # fmt: skip
+
+
+def test_waiting_by_reason_sums_to_waiting(start_sim: Callable[..., Sim]) -> None:
+    sim = start_sim("--max-num-seqs", "1")
+    body = {"prompt": "long answer", "max_tokens": 400, "ignore_eos": True, "stream": True}
+    with ThreadPoolExecutor(3) as pool:
+        futures = [
+            pool.submit(httpx.post, f"{sim.url}/v1/completions", json=body, timeout=20)
+            for _ in range(3)
+        ]
+        deadline = time.monotonic() + 5
+        m = sim.metrics()
+        while m["vllm:num_requests_waiting"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+            m = sim.metrics()
+        assert m["vllm:num_requests_running"] == 1
+        assert m["vllm:num_requests_waiting"] == 2
+        assert m["vllm:num_requests_waiting_by_reason[('reason', 'capacity')]"] == 2
+        assert m["vllm:num_requests_waiting_by_reason[('reason', 'deferred')]"] == 0
+        assert all(f.result().status_code == 200 for f in futures)
 
 
 def test_hang_accepts_new_streams_that_never_produce(start_sim: Callable[..., Sim]) -> None:
@@ -91,6 +118,16 @@ def test_prefix_cache_hits_on_a_shared_system_prompt(start_sim: Callable[..., Si
     m = sim.metrics()
     assert m["vllm:prefix_cache_hits_total"] >= 16 * 10  # at least ten shared blocks
     assert m["vllm:prompt_tokens_cached_total"] == m["vllm:prefix_cache_hits_total"]
+    by_source = "vllm:prompt_tokens_cached_by_source_total[('source', '{}')]"
+    assert m[by_source.format("device")] == m["vllm:prefix_cache_hits_total"]
+    assert m[by_source.format("host")] == 0
+    # The MFU estimates move with the work done.
+    assert m["vllm:estimated_flops_per_gpu_total"] > 0
+    assert (
+        m["vllm:estimated_read_bytes_per_gpu_total"]
+        > m["vllm:estimated_write_bytes_per_gpu_total"]
+        > 0
+    )
 
 
 def test_cli_sub_app_mounts_as_sim_llm(tmp_path: Path) -> None:

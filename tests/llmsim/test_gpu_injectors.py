@@ -69,7 +69,7 @@ def test_gpu_loss_on_llmsim_dies_then_revert_restarts_once(
     inj, revert = cycle("gpu_loss", ctx, ctx.target("llm-primary"), {"xid": 48})
     assert httpx.get(f"{sim.url}/health", timeout=5).status_code == 503
     assert "NVRM: Xid (PCI:0000:01:00): 48" in sim.log_text()
-    assert sim.wait_exit(timeout=5) == 1
+    assert sim.wait_exit(timeout=5) == 0  # as vLLM: a clean exit after engine death
     inj.revert(ctx, revert)
     assert ctx.restarts == ["llm-primary"]
     new = ctx.target("llm-primary")

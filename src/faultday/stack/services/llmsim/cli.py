@@ -75,7 +75,7 @@ def llm(
     ] = "auto",
 ) -> None:
     """Serve a vLLM-compatible OpenAI API backed by a simulated engine and GPU."""
-    from faultday.stack.services.llmsim.server import serve  # noqa: PLC0415 - needs uvicorn
+    from faultday.stack.services.llmsim.server import serve
 
     overrides = {
         "model": model,

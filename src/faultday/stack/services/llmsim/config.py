@@ -100,6 +100,11 @@ class SimConfig(BaseModel):
     block_size: int = Field(default=16, ge=1)
     num_gpu_blocks: int = Field(default=8192, ge=1)
     enable_prefix_caching: bool = True
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)  # cache_config_info only
+    # For vllm:estimated_* (MFU counters) and cache_config_info: an 8B Llama in bf16
+    # (32 layers x 8 KV heads x head_dim 128 x K,V x 2 bytes = 128 KiB per token).
+    num_parameters: int = Field(default=8_030_000_000, ge=1)
+    kv_bytes_per_token: int = Field(default=131072, ge=1)
     step: StepModel = StepModel()
     output_len: OutputLength = OutputLength()
     tools: ToolPolicy = ToolPolicy()

@@ -78,6 +78,7 @@ class FinishedStats:
     generation_tokens: int
     max_tokens_param: int
     prefill_kv_computed: int
+    num_preemptions: int = 0
 
 
 @dataclass(slots=True)
@@ -108,6 +109,7 @@ class StepResult:
     ttfts: list[float]
     itls: list[float]
     iteration_tokens: int
+    context_tokens: int = 0  # KV tokens the step's attention read (for the byte estimates)
 
 
 class KVCache:
@@ -336,11 +338,13 @@ class Engine:
         itls: list[float] = []
         prompt_tokens = 0
         tokens_in_step = 0
+        context = 0
         for req, n in plan.scheduled:
             if req.state != ReqState.RUNNING:
                 continue  # aborted or preempted while the step ran
             tokens_in_step += n
             req.num_computed += n
+            context += req.num_computed
             self.kv.cache_full_blocks(req)
             if req.num_computed < req.total_tokens:
                 continue  # a chunk of prefill, no token yet
@@ -369,6 +373,7 @@ class Engine:
             ttfts=ttfts,
             itls=itls,
             iteration_tokens=tokens_in_step,
+            context_tokens=context,
         )
 
     def _finish(self, req: SimRequest, reason: FinishReason, end: float) -> FinishedStats:
@@ -389,6 +394,7 @@ class Engine:
             generation_tokens=req.num_output,
             max_tokens_param=req.max_tokens_param,
             prefill_kv_computed=len(req.prompt) - max(0, req.num_cached_tokens),
+            num_preemptions=req.num_preemptions,
         )
 
     def fail_all(self) -> list[SimRequest]:

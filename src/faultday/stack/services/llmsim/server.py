@@ -39,7 +39,7 @@ from faultday.stack.services.llmsim.faults import (
     activate,
     kernel_line,
 )
-from faultday.stack.services.llmsim.metrics import VllmMetrics
+from faultday.stack.services.llmsim.metrics import HTTP_EXCLUDED, VllmMetrics
 from faultday.stack.services.llmsim.text import (
     ToolCall,
     WordStream,
@@ -98,6 +98,23 @@ def engine_dead_error() -> HttpError:
 
 def bad_request(message: str, param: str | None = None) -> HttpError:
     return HttpError(400, message, "BadRequestError", param)
+
+
+def validation_error(kind: str, loc: str, msg: str, *, items: int, ctx: str = "") -> HttpError:
+    """A request that fails FastAPI's body validation: vLLM answers type ``Bad Request``."""
+    shown = f"<dict of {items} items>"  # vLLM never echoes the body back
+    detail = f"{{'type': '{kind}', 'loc': '{loc}', 'msg': '{msg}', 'input': '{shown}'"
+    detail += f", 'ctx': {{'error': {ctx!r}}}}}" if ctx else "}"
+    return HttpError(400, f"1 validation error:\n  {detail}", "Bad Request", loc)
+
+
+class PlainError(Exception):
+    """Starlette's own answer for an unknown path or method: ``{"detail": ...}``."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
 
 
 @dataclass(slots=True)
@@ -436,7 +453,43 @@ class LlmSim:
             return
         method, path = scope["method"], scope["path"]
         handler = self._routes.get((method, path))
-        if handler is None and path.startswith("/admin/faults/") and method == "DELETE":
+        # The http_* families, as vLLM's Instrumentator counts them: not its probe and
+        # metrics paths, nor the simulator's own admin API (vLLM has none).
+        if path in HTTP_EXCLUDED or path.startswith("/admin/"):
+            await self._dispatch(handler, scope, receive, send)
+            return
+        status_and_size = [500, 0]
+
+        async def counted_send(msg: Message) -> None:
+            if msg["type"] == "http.response.start":
+                status_and_size[0] = msg["status"]
+                for key, value in msg.get("headers", ()):
+                    if key == b"content-length":
+                        status_and_size[1] = int(value)
+            await send(msg)
+
+        t0 = time.perf_counter()
+        try:
+            await self._dispatch(handler, scope, receive, counted_send)
+        finally:
+            self.metrics.http.observe(
+                method=method,
+                handler=path if handler is not None else "none",
+                status=status_and_size[0],
+                request_bytes=_content_length(scope),
+                response_bytes=status_and_size[1],
+                seconds=time.perf_counter() - t0,
+            )
+
+    async def _dispatch(
+        self,
+        handler: Callable[[Scope, Receive, Send], Awaitable[None]] | None,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        path = scope["path"]
+        if handler is None and path.startswith("/admin/faults/") and scope["method"] == "DELETE":
             handler = self._faults_delete
         if handler is None:
             handler = self._not_found
@@ -446,11 +499,13 @@ class LlmSim:
             await send_json(send, exc.status, exc.body())
             if exc.message == ENGINE_DEAD_MESSAGE:
                 self._exit_soon("a request hit EngineDeadError")
+        except PlainError as exc:
+            await send_json(send, exc.status, {"detail": exc.detail})
 
     async def _not_found(self, scope: Scope, receive: Receive, send: Send) -> None:
         if any(p == scope["path"] for _, p in self._routes):
-            raise HttpError(405, "Method Not Allowed", "MethodNotAllowed")
-        raise HttpError(404, "Not Found", "NotFoundError")
+            raise PlainError(405, "Method Not Allowed")
+        raise PlainError(404, "Not Found")
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -569,6 +624,12 @@ class LlmSim:
     # --- generation -----------------------------------------------------------------------------
     async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = await read_json(receive)
+        # vLLM's request model requires ``messages``: FastAPI rejects the body before
+        # the handler runs (type "Bad Request"); an explicit null gets past it.
+        if "messages" not in body:
+            raise validation_error("missing", "body.messages", "Field required", items=len(body))
+        if body["messages"] is None:
+            raise bad_request("'NoneType' object is not iterable")
         await self._generate(self._parse(body, chat=True), receive, send)
 
     async def _completions(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -645,6 +706,7 @@ class LlmSim:
             raise engine_dead_error()
         cap = self.config.max_num_queued_reqs
         if cap is not None and len(self.engine.waiting) >= cap:
+            self.metrics.record_rejection("max_num_queued_reqs")
             raise HttpError(
                 503, "The server is overloaded: the waiting queue is full.", "ServiceUnavailable"
             )
@@ -849,6 +911,11 @@ def _prompt_text(body: dict[str, Any], messages: list[dict[str, Any]], *, chat: 
             raise bad_request("messages must be a non-empty list", "messages")
         return render_chat(messages, _as_list(body.get("tools")) or None)
     prompt = body.get("prompt")
+    if prompt is None or prompt in ("", []):
+        raise bad_request(
+            "Either prompt or prompt_embeds must be provided and non-empty. (parameter=prompt)",
+            "prompt",
+        )
     if isinstance(prompt, list):
         if len(prompt) != 1:
             raise bad_request("llmsim serves one prompt per request", "prompt")
@@ -884,7 +951,9 @@ async def read_json(receive: Receive) -> dict[str, Any]:
     try:
         body = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise bad_request(f"invalid JSON body: {exc}") from exc
+        raise validation_error(
+            "json_invalid", f"body.{exc.pos}", "JSON decode error", items=0, ctx=exc.msg
+        ) from exc
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")
     return body
@@ -900,6 +969,16 @@ async def send_bytes(
 
 async def send_json(send: Send, status: int, obj: Any) -> None:
     await send_bytes(send, status, json.dumps(obj).encode(), _JSON)
+
+
+def _content_length(scope: Scope) -> int:
+    for key, value in scope["headers"]:
+        if key == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return 0
+    return 0
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -922,7 +1001,7 @@ def serve(
     loop: str = "auto",
 ) -> int:
     """Run the simulator until it is stopped or its engine dies; returns the exit status."""
-    import uvicorn  # noqa: PLC0415 - the stack extra; keep the engine importable without it
+    import uvicorn
 
     sock = bind_socket(host, port)
     actual = sock.getsockname()[1]
@@ -947,12 +1026,14 @@ def serve(
         sim.set_exit_callback(request_exit)
         log.info("llmsim listening on http://%s:%d (pid %d)", host, actual, os.getpid())
         await server.serve(sockets=[sock])
-        return 1 if sim.dead else 0
+        # 0 even after engine death: vLLM's API server shuts down cleanly and exits 0
+        # then, so an on-failure restart policy does not restart it (docs/real-vllm.md).
+        return 0
 
     if loop == "asyncio":
         return asyncio.run(main())
     try:
-        import uvloop  # noqa: PLC0415
+        import uvloop
     except ImportError:
         if loop == "uvloop":
             raise
