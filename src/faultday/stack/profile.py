@@ -60,8 +60,15 @@ class Strict(BaseModel):
 
 
 class RestartPolicy(StrEnum):
+    """When the supervisor restarts a component whose process exited by itself.
+
+    ``always`` also restarts after exit status 0: real vLLM's API server exits 0
+    when its engine dies (GPU loss), so ``on-failure`` would leave it down.
+    """
+
     NO = "no"
     ON_FAILURE = "on-failure"
+    ALWAYS = "always"
 
 
 class ProbeSpec(Strict):

@@ -368,7 +368,11 @@ class Supervisor:
         m.last_exit = code
         self._event(m.launch.component, f"exited code={code}")
         policy = m.launch.restart
-        if policy.policy != RestartPolicy.ON_FAILURE or code == 0:
+        # A stop we asked for never gets here (stop_many marks it STOPPED first), so
+        # "always" restarts only exits the component chose itself, status 0 included.
+        if policy.policy == RestartPolicy.NO or (
+            policy.policy == RestartPolicy.ON_FAILURE and code == 0
+        ):
             m.state = ProcState.EXITED
             return
         if m.restarts >= policy.max_restarts:
