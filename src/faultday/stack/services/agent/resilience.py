@@ -212,6 +212,10 @@ class Resilience:
             return await _timed(fn, budget_s)
         breaker = await self.breakers.get_breaker(dep)
         async with breaker:
+            # purgatory publishes state changes only when the block exits, so a half-open
+            # probe would show as open → closed; publish it while the probe is in flight.
+            if breaker.context.state == "half-opened":
+                self._on_breaker_event(dep, "state_changed", breaker.context)
             # Counted only once the breaker let it through: a call that reached the dependency.
             self.metrics.attempts.labels(dep).inc()
             return await _timed(fn, budget_s)
