@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 
@@ -40,10 +41,8 @@ def test_half_open_is_visible_during_the_probe() -> None:
 
     async def main() -> None:
         for _ in range(40):
-            try:
+            with contextlib.suppress(DependencyError):
                 await res.call("dep", call, timeout=1.0, deadline=Deadline(2.0))
-            except DependencyError:
-                pass
             await asyncio.sleep(0.05)
 
     asyncio.run(main())
