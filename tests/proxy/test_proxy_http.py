@@ -4,6 +4,7 @@ chunked), and the per-proxy counters they feed."""
 from __future__ import annotations
 
 import itertools
+import statistics
 import time
 from collections.abc import Iterator
 
@@ -167,7 +168,9 @@ def test_stream_drip_spaces_events(api: ToxiproxyClient, llm: httpx.Client) -> N
     assert error == ""
     assert len(data) == 6
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert min(gaps) >= 0.055, gaps
+    # One client-side hiccup shortens the gap after it; the span and median cannot lie.
+    assert times[-1] - times[0] >= 5 * 0.06 * 0.97, gaps
+    assert statistics.median(gaps) >= 0.058, gaps
 
 
 def test_tcp_toxic_on_http_edge_and_keepalive_survives(

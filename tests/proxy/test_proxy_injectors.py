@@ -99,7 +99,7 @@ def test_latency_inject_and_idempotent_revert(
     assert rtt(port) >= 0.079
     inj.revert(ctx, revert)
     assert api.toxics("redis") == []
-    assert rtt(port) < 0.05
+    assert min(rtt(port) for _ in range(3)) < 0.05
     inj.revert(ctx, revert)  # again: already gone is fine
 
 
