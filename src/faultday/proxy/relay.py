@@ -152,6 +152,8 @@ class Connection:
     def toxics_changed(self) -> None:
         if self.closed:
             return
+        # Forget removed toxics, or a long-lived connection collects one link per change.
+        self.links = {k: lk for k, lk in self.links.items() if lk.toxic.active}
         for direction in (self.up, self.down):
             direction.toxics_changed()
 
