@@ -113,3 +113,36 @@ def test_planner_splits_goal_into_subtasks(stack: Stack) -> None:
     assert isinstance(children, list) and len(children) >= 1
     for c in wait_done(url, children, 30):
         assert c["parent"] == parent["id"] and c["status"] == "done"
+
+
+def test_scripted_cyclic_split_fails_over_after_the_bounded_wait(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Two subtasks wait on each other: past timeouts.wait both go on, degraded; none hangs."""
+    text = (Path(__file__).parents[2] / "stack" / "agent.yaml").read_text()
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text(
+        text.replace(
+            "request: 6s, redis: 250ms,\n               embed: 1s, vector: 1s, wait: 30s",
+            "request: 6s, redis: 250ms,\n               embed: 1s, vector: 1s, wait: 2s",
+        )
+    )
+    assert cfg.read_text() != text
+    _, url = stack.procs.agent(urls=stack.urls(), config=cfg)
+    subtasks = [
+        {"goal": "revenue by region", "agent": "report", "depends_on": [1]},
+        {"goal": "incidents by severity", "agent": "report", "depends_on": [0]},
+    ]
+    r = httpx.post(
+        f"{url}/v1/tasks",
+        json={"agent": "planner", "goal": "g", "idempotency_key": "cycle-1", "subtasks": subtasks},
+        timeout=10,
+    )
+    assert r.status_code == 202, r.text
+    (parent,) = wait_done(url, [r.json()["id"]], 60)
+    children = wait_done(url, parent["children"], 30)  # type: ignore[arg-type]
+    assert [c["depends_on"] for c in children] == [[children[1]["id"]], [children[0]["id"]]]
+    for c in children:
+        assert c["status"] == "done"
+        assert "dependency_timed_out" in c["degraded_reasons"]  # type: ignore[operator]
+    assert parent["status"] == "done"

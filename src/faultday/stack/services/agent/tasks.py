@@ -73,6 +73,7 @@ class Task(BaseModel):
     parent: str = ""
     children: list[str] = Field(default_factory=list)
     depends_on: list[str] = Field(default_factory=list)
+    split: list[Subtask] | None = None  # a scripted split, for a planner
     created: float = Field(default_factory=time.time)
     started: float | None = None
     waiting_since: float | None = None
@@ -85,6 +86,17 @@ class Task(BaseModel):
         return self.status in (TaskStatus.DONE, TaskStatus.FAILED)
 
 
+class Subtask(BaseModel):
+    """One subtask of a scripted split (``depends_on``: indexes of its siblings)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    goal: str = Field(min_length=1, max_length=2000)
+    agent: str = "report"
+    priority: int = Field(default=5, ge=0, le=9)
+    depends_on: list[int] = Field(default_factory=list, max_length=4)
+
+
 class TaskRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -95,6 +107,11 @@ class TaskRequest(BaseModel):
     steps: list[Step] | None = Field(
         default=None,
         description="a scripted plan; skips LLM planning (the allowlist still applies)",
+    )
+    subtasks: list[Subtask] | None = Field(
+        default=None,
+        max_length=4,
+        description="planner only: a scripted split; skips LLM splitting (waits stay bounded)",
     )
 
 
@@ -174,6 +191,7 @@ class TaskEngine:
             goal=req.goal,
             idempotency_key=req.idempotency_key,
             plan=list(req.steps) if req.steps is not None else None,
+            split=list(req.subtasks) if req.subtasks is not None else None,
             priority=req.priority,
             trace_id=trace_id,
         )
@@ -503,13 +521,19 @@ class TaskEngine:
     async def _split(
         self, task: Task, deadline: Deadline, out: Outcome
     ) -> list[tuple[str, str, int, list[int]]]:
+        agents = set(self.rt.cfg.agents) - {"planner"}
+        if task.split is not None:
+            return [
+                (s.goal, s.agent if s.agent in agents else "report", s.priority, s.depends_on)
+                for s in task.split
+            ]
         msgs = [
             {"role": "system", "content": self.rt.cfg.agents["planner"].system},
             {"role": "user", "content": task.goal},
         ]
         try:
             reply = await self.rt.generate(msgs, deadline=deadline, out=out)
-            parsed = _parse_subtasks(reply.text, set(self.rt.cfg.agents) - {"planner"})
+            parsed = _parse_subtasks(reply.text, agents)
         except Unavailable:
             parsed = []
         if parsed:
