@@ -69,6 +69,7 @@ def _add_optional_apps() -> None:
         ("faultday.stack.services.llmsim.cli", "sim", "Simulated components (the vLLM simulator)."),
         ("faultday.checks.cli", "", ""),  # faultday lint
         ("faultday.report.cli", "", ""),  # faultday report, runbook, gameday
+        ("faultday.cluster.cli", "", ""),  # faultday k8s plan|rbac|manifests
     ]
     for module, name, help_text in subapps:
         try:
@@ -211,6 +212,12 @@ def run(
         bool | None,
         typer.Option("--progress/--no-progress", help="Live display (default: on a TTY)."),
     ] = None,
+    driver: Annotated[
+        str, typer.Option("--driver", help="Stack driver: process, docker or kubernetes.")
+    ] = "process",
+    driver_config: Annotated[
+        Path | None, typer.Option("--driver-config", help="The driver's settings file.")
+    ] = None,
 ) -> None:
     """Run one scenario and write its journal and reports."""
     from faultday.engine.plan import make_plan
@@ -237,12 +244,32 @@ def run(
             )
         )
         return
-    journal = _execute(loaded, time_scale=time_scale, report_dir=report_dir, progress=progress)
+    from faultday.plugins import DRIVERS, Registry, did_you_mean
+
+    drivers: Registry[object] = Registry(DRIVERS, "driver")
+    if driver not in drivers:
+        raise UsageError(f"--driver: no driver {driver!r}{did_you_mean(driver, drivers.names())}")
+    journal = _execute(
+        loaded,
+        time_scale=time_scale,
+        report_dir=report_dir,
+        progress=progress,
+        driver=driver,
+        driver_config=driver_config,
+    )
     _summarize(journal)
     raise typer.Exit(VERDICT_EXIT[journal.verdict])
 
 
-def _execute(loaded, *, time_scale: float, report_dir: Path, progress: bool | None) -> Journal:  # type: ignore[no-untyped-def]
+def _execute(  # type: ignore[no-untyped-def]
+    loaded,
+    *,
+    time_scale: float,
+    report_dir: Path,
+    progress: bool | None,
+    driver: str = "process",
+    driver_config: Path | None = None,
+) -> Journal:  # type: ignore[no-untyped-def]
     from faultday.engine.display import StatusView
     from faultday.engine.runner import Run, RunOptions
     from faultday.engine.stacks import default_stack_factory
@@ -250,7 +277,13 @@ def _execute(loaded, *, time_scale: float, report_dir: Path, progress: bool | No
 
     view = StatusView(loaded.scenario)
     show = sys.stderr.isatty() if progress is None else progress
-    options = RunOptions(time_scale=time_scale, report_dir=report_dir, base_dir=Path.cwd())
+    options = RunOptions(
+        time_scale=time_scale,
+        report_dir=report_dir,
+        base_dir=Path.cwd(),
+        driver=driver,
+        driver_config=driver_config,
+    )
     options.on_status = view.update
     the_run = Run(loaded, options)
     console.print(f"run folder: {the_run.run_dir}")
@@ -352,11 +385,12 @@ def main() -> None:
         sys.exit(Exit.ABORTED)
     except KeyboardInterrupt:
         sys.exit(Exit.ABORTED)
-    except __import__("click").UsageError as exc:
-        exc.show()
-        sys.exit(Exit.INVALID)
-    except __import__("click").ClickException as exc:
-        exc.show()
+    except typer.TyperException as exc:  # click's usage errors, as typer vendors them
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:
+            console.print(f"[bold red]error[/] {exc}")
         sys.exit(Exit.INVALID)
 
 

@@ -159,3 +159,18 @@ def test_a_stack_that_cannot_start_is_an_error_with_a_journal(tmp_path: Path) ->
     j = _journal(tmp_path / "r")
     assert j["verdict"] == "error"
     assert "dies" in j["reason"]
+
+
+def test_usage_mistakes_exit_2_with_a_message_not_a_traceback() -> None:
+    scenario = str(DATA / "pause.scenario.yaml")
+    for args, text in [
+        (["run", scenario, "--drivr", "x"], "No such option: --drivr"),
+        (["run", scenario, "--driver", "kubernets"], "did you mean 'kubernetes'?"),
+        (["run", scenario, "--time-scale", "0"], "--time-scale"),
+        (["recover", "/nonexistent/run"], "no ledger.jsonl here"),
+        (["list", "plugins"], "No such command"),
+    ]:
+        r = faultday(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert text in r.stderr, (args, r.stderr)
+        assert "Traceback" not in r.stderr

@@ -107,6 +107,13 @@ class KubernetesStack:
 
     driver = "kubernetes"
 
+    @staticmethod
+    def load_config(path: Path) -> KubernetesConfig:
+        """The driver's settings file (``faultday run --driver-config``)."""
+        from faultday.cluster.config import load_config
+
+        return load_config(path)
+
     def __init__(
         self,
         profile: StackProfile,

@@ -76,6 +76,8 @@ class RunOptions:
     # A stack that is already up and outlives this run (game days, the pytest plugin):
     # the run neither starts nor stops it, but still reverts every fault it made.
     shared_stack: object | None = None
+    driver: str = "process"  # a `faultday.drivers` plugin: process, docker, kubernetes
+    driver_config: Path | None = None  # the driver's own settings file (e.g. namespace allowlist)
 
 
 @dataclass(slots=True)

@@ -1,11 +1,12 @@
-"""Build the stack a scenario names, through the driver its profile asks for."""
+"""Build the stack a scenario names, through the driver a run asks for."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from faultday.errors import StackError
+from faultday.errors import FaultdayError, StackError, UsageError
+from faultday.plugins import DRIVERS, Registry
 from faultday.scenario.loader import stack_ref
 
 if TYPE_CHECKING:
@@ -20,15 +21,27 @@ def build_stack(
     run_dir: Path,
     ledger: object,
     policy: str | None,
+    driver: str = "process",
+    driver_config: Path | None = None,
 ) -> object:
-    """A Stack (process driver) for the profile ``stack`` names; not started yet."""
+    """A stack for the profile ``stack`` names, run by ``driver``; not started yet."""
     try:
         from faultday.stack.profile import load_profile
-        from faultday.stack.stack import Stack
     except ImportError as exc:
         raise StackError(f"the stack driver is not installed: {exc}") from exc
+    drivers: Registry[object] = Registry(DRIVERS, "driver")
+    try:
+        cls: Any = drivers.get(driver)
+    except FaultdayError as exc:
+        raise UsageError(str(exc)) from exc
+    kwargs: dict[str, Any] = {}
+    if driver_config is not None:
+        loader = getattr(cls, "load_config", None)
+        if loader is None:
+            raise UsageError(f"the {driver} driver takes no --driver-config")
+        kwargs["config"] = loader(driver_config)
     profile = load_profile(stack_ref(stack, scenario_file), base_dir=base_dir)
-    return Stack(profile, run_dir=run_dir, ledger=ledger, policy=policy)  # type: ignore[arg-type]
+    return cls(profile, run_dir=run_dir, ledger=ledger, policy=policy, **kwargs)
 
 
 def default_stack_factory(run: Run) -> object:
@@ -41,4 +54,6 @@ def default_stack_factory(run: Run) -> object:
         run_dir=run.run_dir,
         ledger=run.ledger,
         policy=spec.policy,
+        driver=run.options.driver,
+        driver_config=run.options.driver_config,
     )
