@@ -22,6 +22,7 @@ from rich.table import Table
 from faultday import __version__
 from faultday.errors import FaultdayError, ScenarioError, StackError, UsageError
 from faultday.report.journal import Journal, RunVerdict
+from faultday.scenario.loader import LoadedScenario
 
 console = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
@@ -261,15 +262,15 @@ def run(
     raise typer.Exit(VERDICT_EXIT[journal.verdict])
 
 
-def _execute(  # type: ignore[no-untyped-def]
-    loaded,
+def _execute(
+    loaded: LoadedScenario,
     *,
     time_scale: float,
     report_dir: Path,
     progress: bool | None,
     driver: str = "process",
     driver_config: Path | None = None,
-) -> Journal:  # type: ignore[no-untyped-def]
+) -> Journal:
     from faultday.engine.display import StatusView
     from faultday.engine.runner import Run, RunOptions
     from faultday.engine.stacks import default_stack_factory
