@@ -37,6 +37,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "RESULTS.md"
 NICE = 0
+REPEAT = 1
 KIB = 1024
 MIB = 1024 * KIB
 
@@ -366,6 +367,9 @@ def measure(
     kind: str, api_url: str, ports: dict[str, int], quick: bool, only: frozenset[str]
 ) -> dict[str, float]:
     api = Api(api_url)
+    api.http.post("/reset")
+    for name in api.http.get("/proxies").json():
+        api.http.delete(f"/proxies/{name}")
     echo_p = api.proxy("echo", ports["echo"])
     sink_p = api.proxy("sink", ports["sink"])
     source_p = api.proxy("source", ports["source"])
@@ -437,6 +441,12 @@ def _measure_connect(ports: dict[str, int], echo_p: int, scale: float) -> dict[s
     res["connect_proxy_us"] = pct(ce["proxy"], 50) * 1e6
     res["connect_added_us"] = res["connect_proxy_us"] - res["connect_direct_us"]
     return res
+
+
+def repeated(run: Callable[[], dict[str, float]], times: int) -> dict[str, float]:
+    """Median of each figure over ``times`` whole runs (proxies are created once per run)."""
+    runs = [run() for _ in range(max(1, times))]
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
 def verdict(key: str, value: float) -> str:
@@ -530,13 +540,15 @@ def main() -> int:
     parser.add_argument(
         "--only", default=",".join(GROUPS), help="comma list of " + ",".join(GROUPS)
     )
+    parser.add_argument("--repeat", type=int, default=1, help="whole runs; each figure = median")
     parser.add_argument("--json", type=Path, default=None, help="also write raw figures here")
     args = parser.parse_args()
     if args.serve:
         serve()
         return 0
     only = frozenset(args.only.split(","))
-    global NICE  # noqa: PLW0603 - one figure for the report line, set once here
+    global NICE, REPEAT  # noqa: PLW0603 - figures for the report line, set once here
+    REPEAT = args.repeat
     try:
         # Every process of the run (servers, proxies, client) inherits it, direct and
         # proxied alike: the other engineers' test runs on this shared machine are
@@ -562,14 +574,18 @@ def main() -> int:
         with process(argv, ready="faultday-proxy ready"):
             url = f"http://127.0.0.1:{api_port}"
             wait_api(url)
-            results["faultday proxy"] = measure("faultday", url, ports, args.quick, only)
+            results["faultday proxy"] = repeated(
+                lambda: measure("faultday", url, ports, args.quick, only), args.repeat
+            )
         binary = shutil.which("toxiproxy-server")
         if binary:
             api_port = free_port()
             with process([binary, "-host", "127.0.0.1", "-port", str(api_port)]):
                 url = f"http://127.0.0.1:{api_port}"
                 wait_api(url)
-                results["toxiproxy-server"] = measure("toxiproxy", url, ports, args.quick, only)
+                results["toxiproxy-server"] = repeated(
+                    lambda: measure("toxiproxy", url, ports, args.quick, only), args.repeat
+                )
     if only != frozenset(GROUPS):
         print(json.dumps(results, indent=1))
         return 0
@@ -585,7 +601,11 @@ def main() -> int:
 def report(results: dict[str, dict[str, float]], *, quick: bool, real: bool) -> str:
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    cmd = "bench/proxy/bench_proxy.py" + (" --quick" if quick else "")
+    cmd = (
+        "bench/proxy/bench_proxy.py"
+        + (" --quick" if quick else "")
+        + (f" --repeat {REPEAT}" if REPEAT > 1 else "")
+    )
     head = [
         "## proxy",
         "",
@@ -593,7 +613,8 @@ def report(results: dict[str, dict[str, float]], *, quick: bool, real: bool) -> 
         f"{os.cpu_count()} vCPU shared VM, load average {load} at the end of the run; "
         f"Python {platform.python_version()}; every process at nice {NICE}. Echo/bulk "
         "servers, the proxy and the client are separate processes; direct and proxied "
-        "samples are interleaved in 10 blocks.",
+        "samples are interleaved in 10 blocks; with --repeat N each figure is the median "
+        "of N whole runs.",
         "",
     ]
     if not real:
