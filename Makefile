@@ -41,7 +41,7 @@ test-slow: setup  ## heavier checks (CI runs them too)
 
 test-real: setup  ## real vLLM on CPU in its own virtualenv (CI runs it)
 	@if [ -x scripts/setup-real-venv.sh ] || [ -f scripts/setup-real-venv.sh ]; then bash scripts/setup-real-venv.sh; fi
-	$(PYTEST) -q -m real -p no:cacheprovider tests/real; $(PYTEST_OK)
+	FAULTDAY_REAL_REQUIRED=1 $(PYTEST) -q -m real -p no:cacheprovider tests/real; $(PYTEST_OK)
 
 bench: setup  ## benchmarks, each comparing against its baseline in one run; figures in bench/RESULTS.md
 	$(PY) bench/proxy/bench_proxy.py
