@@ -175,3 +175,28 @@ def test_noop_changes_nothing(client: ToxiproxyClient, edge: int) -> None:
     client.add_toxic("edge", type="noop")
     with connect(edge) as s:
         assert rtt(s, 100_000) < 0.5
+
+
+def test_reset_releases_existing_connections(client: ToxiproxyClient, edge: int) -> None:
+    client.add_toxic("edge", type="latency", attributes={"latency": 2000})
+    with connect(edge) as s:
+        s.sendall(b"r")
+        time.sleep(0.05)
+        t0 = time.perf_counter()
+        client.reset()
+        s.settimeout(2)
+        assert s.recv(10) == b"r"  # the chunk sleeping in the toxic is let go at once
+        assert time.perf_counter() - t0 < 0.5
+        assert rtt(s) < 0.05
+
+
+def test_toxicity_is_decided_per_connection(client: ToxiproxyClient, edge: int) -> None:
+    client.add_toxic("edge", type="latency", toxicity=0.5, attributes={"latency": 100})
+    slow = []
+    for _ in range(24):
+        with connect(edge) as s:
+            first = rtt(s, 10) >= 0.095
+            second = rtt(s, 10) >= 0.095
+            assert first == second  # the same connection keeps its draw
+            slow.append(first)
+    assert 0 < sum(slow) < 24  # P(all one way) = 2 * 0.5**24
