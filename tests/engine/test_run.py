@@ -71,14 +71,15 @@ def test_run_injects_and_reverts_on_schedule(tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("no_leftovers")
 def test_a_paused_component_fails_its_live_check_during_the_fault(tmp_path: Path) -> None:
-    scenario = _write(
-        tmp_path,
-        "x.scenario.yaml",
-        (DATA / "pause.scenario.yaml").read_text()
-        + "  expect:\n"
-        + "    - {during: freeze-web, check: health, target: web, path: /, timeout: 0.3}\n"
-        + "    - {after: freeze-web, check: health, target: web, path: /}\n",
+    text = (DATA / "pause.scenario.yaml").read_text()
+    # A two-second pause, so the mid-window probe has a second of margin on a busy machine.
+    text = text.replace("at: 2s, duration: 1s}", "at: 1.5s, duration: 2s}")
+    text += (
+        "  expect:\n"
+        "    - {during: freeze-web, check: health, target: web, path: /, timeout: 0.3}\n"
+        "    - {after: freeze-web, check: health, target: web, path: /}\n"
     )
+    scenario = _write(tmp_path, "x.scenario.yaml", text)
     r = faultday("run", str(scenario), "--report-dir", str(tmp_path / "r"))
     assert r.returncode == 1, r.stderr
     j = _journal(tmp_path / "r")

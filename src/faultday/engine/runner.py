@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -305,7 +306,7 @@ class Run:
                     raise _Stopped
                 while live and (live[0][0] <= now or now >= spec.duration):
                     _, i, check, window = live.pop(0)
-                    futures[i] = pool.submit(self._evaluate, check, window)
+                    futures[i] = pool.submit(self._evaluate_live, check, window)
                 while schedule and schedule[0][0] <= now:
                     _, action, name = schedule.pop(0)
                     self._do(action, name)
@@ -429,6 +430,18 @@ class Run:
             return CheckResult(
                 spec.check, spec.label, window.label, Verdict.ERROR, message=str(exc)
             )
+
+    def _evaluate_live(self, spec: CheckSpec, window: Window) -> CheckResult:
+        """A probe of the live stack; one that ends after its window says nothing about it."""
+        result = self._evaluate(spec, window)
+        late = self.clock.now() - window.end
+        if late > 0 and result.verdict in (Verdict.PASSED, Verdict.FAILED):
+            return dataclasses.replace(
+                result,
+                verdict=Verdict.INSUFFICIENT,
+                message=f"the probe ended {late:.2f}s after its window closed (machine overloaded?)",
+            )
+        return result
 
     def _record_check(self, section: str, spec: CheckSpec, result: CheckResult) -> None:
         self.journal.checks.append(
