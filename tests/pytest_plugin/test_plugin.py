@@ -28,7 +28,7 @@ def test_a_passing_scenario_passes_and_lands_in_junit(suite: pytest.Pytester) ->
     junit = suite.path / "junit.xml"
     result = suite.runpytest(
         "--faultday-time-scale",
-        "0.25",
+        "0.5",
         "--faultday-report-dir",
         str(suite.path / "reports"),
         f"--junitxml={junit}",
