@@ -53,6 +53,9 @@ def test_local_real_llm_serves_through_the_stack_and_always_restarts(
     assert list(profile.spec.components) == [LLM]  # one vLLM: nothing else is pulled in
     assert profile.spec.components[LLM].restart.policy == RestartPolicy.ALWAYS
     run_dir = tmp_path / "run"
+    # The whole profile makes {run_dir}/triton (the triton component's work folder):
+    # it must not shadow the triton package for vLLM and transformers.
+    (run_dir / "triton").mkdir(parents=True)
     stack = Stack(profile, run_dir=run_dir, ledger=Ledger.in_dir(run_dir))
     try:
         t0 = time.monotonic()

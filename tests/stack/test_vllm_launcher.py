@@ -22,13 +22,14 @@ REPO = Path(__file__).resolve().parents[2]
 # PID and arguments, as an exec'd vLLM would run them.
 FAKE = """#!/bin/sh
 if [ "$2" = "faultday.stack.tinymodel" ]; then
+  [ "$PYTHONSAFEPATH" = 1 ] || {{ echo "cwd on sys.path" >&2; exit 1; }}
   echo built >> "{count}"
   sleep 0.3
   mkdir -p "$3" && echo '{{}}' > "$3/config.json" && echo w > "$3/model.safetensors"
   echo "$3: built"
   exit 0
 fi
-echo "pid=$$ args=$*"
+echo "pid=$$ safepath=$PYTHONSAFEPATH args=$*"
 """
 
 
@@ -83,7 +84,7 @@ def test_launcher_builds_then_execs_vllm_under_the_same_pid(
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert out.strip() == (
-        f"pid={proc.pid} args=-m {VLLM_MODULE} --host 127.0.0.1 --port 8123 "
+        f"pid={proc.pid} safepath=1 args=-m {VLLM_MODULE} --host 127.0.0.1 --port 8123 "
         f"--model {model} --served-model-name tiny"
     )
     assert "built the tiny model" in err

@@ -219,6 +219,9 @@ def _delegate(out_dir: Path) -> str:
             text=True,
             timeout=BUILD_TIMEOUT_S,
             check=False,
+            # Keep the working directory off sys.path: a folder named like a package
+            # there (a stack run folder has `triton/`) breaks transformers' imports.
+            env={**os.environ, "PYTHONSAFEPATH": "1"},
         )
     except subprocess.TimeoutExpired as exc:
         raise StackError(f"building the tiny model took over {BUILD_TIMEOUT_S:.0f} s") from exc

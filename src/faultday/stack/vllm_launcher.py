@@ -39,6 +39,11 @@ log = logging.getLogger(__name__)
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 LOCK_POLL_S = 0.2
+# `python -m` puts the working directory first on sys.path, and the supervisor
+# runs components in the run folder, where the triton component's work folder
+# `triton/` then shadows the triton package: transformers and vLLM see a bogus
+# triton and fail to import (LlamaConfig). Python >= 3.11 leaves cwd out with this.
+SAFE_PATH_ENV = {"PYTHONSAFEPATH": "1"}
 
 
 def vllm_python(explicit: str = "") -> Path:
@@ -96,6 +101,7 @@ def ensure_tiny_model(folder: Path, python: Path, *, timeout: float = BUILD_TIME
                     text=True,
                     timeout=max(1.0, deadline - time.monotonic()),
                     check=False,
+                    env={**os.environ, **SAFE_PATH_ENV},
                 )
             except subprocess.TimeoutExpired as exc:
                 raise StackError(f"building the tiny model took over {timeout:.0f} s") from exc
@@ -153,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     log.info("exec %s", " ".join(cmd))
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(cmd[0], cmd)  # noqa: S606 - replaces this process; same PID for the supervisor
+    env = {**os.environ, **SAFE_PATH_ENV}
+    os.execve(cmd[0], cmd, env)  # noqa: S606 - replaces this process; same PID for the supervisor
     return 0  # not reached
 
 
