@@ -49,7 +49,8 @@ def test_latency_within_tolerance(client: ToxiproxyClient, edge: int) -> None:
         base = statistics.median(rtt(s) for _ in range(5))
         client.add_toxic("edge", type="latency", attributes={"latency": 60})
         got = statistics.median(rtt(s) for _ in range(5))  # an existing connection is affected
-    assert 0.058 <= got - base <= 0.075, (base, got)
+    # Behaviour, not precision (bench/proxy measures that): the toxic delays an open connection.
+    assert 0.058 <= got - base <= 0.1, (base, got)
 
 
 def test_upstream_stream_and_toxicity_zero(client: ToxiproxyClient, edge: int) -> None:
