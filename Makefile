@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # pytest exit code 5 = "no tests collected": not a failure of the target.
 PYTEST_OK = rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
 
-.PHONY: demo test test-slow test-real bench lint gameday setup sysdeps clean
+.PHONY: demo test test-slow test-scenarios test-real bench lint gameday setup sysdeps clean
 
 sysdeps:  ## Debian packages the stack and the tests use
 	@need=""; \
@@ -38,6 +38,9 @@ test: setup  ## the default suite (CI runs it)
 
 test-slow: setup  ## heavier checks (CI runs them too)
 	$(PYTEST) -q -m "slow and not real" -p no:cacheprovider; $(PYTEST_OK)
+
+test-scenarios: setup  ## the scenario library, time-scaled, on the local stack (CI runs it)
+	$(PYTEST) -q -p no:cacheprovider scenarios/ --faultday-time-scale 0.1 --faultday-report-dir reports/ci; $(PYTEST_OK)
 
 test-real: setup  ## real vLLM on CPU in its own virtualenv (CI runs it)
 	@if [ -x scripts/setup-real-venv.sh ] || [ -f scripts/setup-real-venv.sh ]; then bash scripts/setup-real-venv.sh; fi
