@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import yaml
 from typing import get_args
 
+import yaml
 from pydantic import BaseModel, ValidationError
 
 from faultday.errors import Problem, ScenarioError

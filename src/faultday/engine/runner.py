@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -439,7 +439,7 @@ class Run:
             return dataclasses.replace(
                 result,
                 verdict=Verdict.INSUFFICIENT,
-                message=f"the probe ended {late:.2f}s after its window closed (machine overloaded?)",
+                message=f"the probe ended {late:.2f}s after its window (machine overloaded?)",
             )
         return result
 
