@@ -25,17 +25,24 @@ def run_dir_of(ctx: CheckContext) -> Path | None:
     return Path(run_dir) if run_dir is not None else None
 
 
+def _find_audit(bases: list[Path], file: str) -> Path | None:
+    for base in bases:
+        if (base / file).exists():
+            return base / file
+        found = sorted(base.glob("**/audit*.jsonl"))
+        if found:
+            return found[0]
+    return None
+
+
 def read_audit(ctx: CheckContext, file: str, window: Window) -> list[dict[str, Any]] | None:
     """Audit entries whose time falls in the window; None when there is no audit file."""
-    base = run_dir_of(ctx)
-    if base is None:
+    # A shared stack (game day, pytest session) writes its audit log in its own folder.
+    stack_dir = getattr(getattr(ctx, "stack", None), "run_dir", None)
+    bases = [b for b in (run_dir_of(ctx), stack_dir) if b is not None]
+    path = _find_audit([Path(b) for b in bases], file)
+    if path is None:
         return None
-    path = base / file
-    if not path.exists():
-        found = sorted(base.glob("**/audit*.jsonl"))
-        if not found:
-            return None
-        path = found[0]
     t0 = getattr(getattr(ctx, "clock", None), "t0_wall", None)
     scale = getattr(ctx, "time_scale", 1.0)
     out = []
