@@ -15,7 +15,7 @@ from pathlib import Path
 
 import uvicorn
 
-from faultday.errors import ScenarioError
+from faultday.errors import ScenarioError, UsageError
 from faultday.stack.services.agent.app import build_app
 from faultday.stack.services.agent.config import load_config, select_policy
 from faultday.stack.services.agent.runtime import Endpoints, Runtime
@@ -35,6 +35,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--policy", default=_env("policy", "default"))
     for name in URLS:
         p.add_argument(f"--{name}", default=_env(name), help=f"base URL of {name}")
+    p.add_argument(
+        "--llm-canary",
+        default=_env("llm-canary"),
+        help="base URL of the canary model version (models.canary in the config)",
+    )
     p.add_argument("--traces", default=_env("traces"), help="JSONL file for spans")
     p.add_argument("--audit", default=_env("audit"), help="JSONL audit log")
     p.add_argument("--log-level", default=_env("log_level", "info"))
@@ -52,22 +57,28 @@ def main(argv: list[str] | None = None) -> None:
     except ScenarioError as exc:
         sys.stderr.write(f"invalid agent config:\n{exc}\n")
         raise SystemExit(2) from exc
+    if a.llm_canary and cfg.models.canary is None:
+        p.error("--llm-canary given but the config has no models.canary")
     work = Path(tempfile.mkdtemp(prefix="faultday-agent-"))
-    rt = Runtime(
-        cfg,
-        policy,
-        Endpoints(
-            redis=a.redis,
-            llm_primary=a.llm_primary,
-            llm_backup=a.llm_backup,
-            embedder=a.embedder,
-            qdrant=a.qdrant,
-            tools=a.tools,
-        ),
-        traces=Path(a.traces) if a.traces else work / "traces.jsonl",
-        audit=Path(a.audit) if a.audit else work / "audit.jsonl",
-        policy_name=a.policy,
-    )
+    try:
+        rt = Runtime(
+            cfg,
+            policy,
+            Endpoints(
+                redis=a.redis,
+                llm_primary=a.llm_primary,
+                llm_backup=a.llm_backup,
+                embedder=a.embedder,
+                qdrant=a.qdrant,
+                tools=a.tools,
+                llm_canary=a.llm_canary,
+            ),
+            traces=Path(a.traces) if a.traces else work / "traces.jsonl",
+            audit=Path(a.audit) if a.audit else work / "audit.jsonl",
+            policy_name=a.policy,
+        )
+    except UsageError as exc:
+        p.error(str(exc))
     uvicorn.run(build_app(rt), host=a.host, port=a.port, log_level="warning")
 
 

@@ -35,6 +35,12 @@ class ChatRequest(BaseModel):
     rag: bool = True
 
 
+class CanaryShare(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    share: float = Field(ge=0, le=1, description="share of chat requests for the canary")
+
+
 class Gate:
     """Admission control: a cap on requests in flight and a bounded queue before it."""
 
@@ -132,7 +138,8 @@ def build_app(rt: Runtime) -> FastAPI:
             "breakers": {
                 d: rt.res.breaker_state(d)
                 for d in ("llm-primary", "llm-backup", "redis", "embedder", "vector", "tools")
-            },
+            }
+            | ({"llm-canary": rt.res.breaker_state("llm-canary")} if rt.canary else {}),
             "resumed_tasks": engine.resumed,
         }
 
@@ -144,6 +151,18 @@ def build_app(rt: Runtime) -> FastAPI:
         except Exception:  # noqa: BLE001 - metrics must answer while Redis is down
             pass
         return Response(generate_latest(rt.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/admin/canary")
+    async def canary_state() -> dict[str, Any]:
+        return _canary_view(rt)
+
+    @app.post("/admin/canary")
+    async def set_canary(body: CanaryShare) -> dict[str, Any]:
+        # A rollout (faultday's model_rollout) sets the share; 0 stops the canary.
+        if rt.canary is None:
+            raise HTTPException(409, "no canary configured (models.canary and --llm-canary)")
+        previous = rt.set_canary_share(body.share)
+        return _canary_view(rt) | {"previous": previous}
 
     @app.post("/v1/chat")
     async def chat(body: ChatRequest, request: Request) -> JSONResponse:
@@ -157,6 +176,7 @@ def build_app(rt: Runtime) -> FastAPI:
                     message=body.message,
                     rag=body.rag,
                     deadline=deadline,
+                    request_id=trace_id,
                 )
         except Unavailable as exc:
             rt.metrics.degraded.labels("unavailable").inc()
@@ -195,6 +215,17 @@ def build_app(rt: Runtime) -> FastAPI:
         return JSONResponse(_task_view(task, trace_id))
 
     return app
+
+
+def _canary_view(rt: Runtime) -> dict[str, Any]:
+    if rt.canary is None:
+        return {"configured": False, "share": 0.0, "model": None}
+    return {
+        "configured": True,
+        "share": rt.canary.share,
+        "model": rt.canary.cfg.model,
+        "key": str(rt.canary.cfg.key),
+    }
 
 
 def _task_view(task: Task, trace_id: str) -> dict[str, Any]:

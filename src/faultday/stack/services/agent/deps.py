@@ -57,6 +57,7 @@ class LlmReply:
     text: str
     model: str
     tool_calls: list[ToolCall] = field(default_factory=list)
+    completion_tokens: int = 0  # as the LLM's usage reports it; 0 when it reports none
 
 
 class Llm:
@@ -108,7 +109,14 @@ class Llm:
             calls.append(
                 ToolCall(id=tc.id, name=fn.name, args=args if isinstance(args, dict) else {})
             )
-        return LlmReply(text=msg.content or "", model=resp.model or self.model, tool_calls=calls)
+        usage = getattr(resp, "usage", None)
+        tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+        return LlmReply(
+            text=msg.content or "",
+            model=resp.model or self.model,
+            tool_calls=calls,
+            completion_tokens=tokens,
+        )
 
     async def close(self) -> None:
         await self.client.close()

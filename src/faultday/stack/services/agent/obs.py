@@ -91,6 +91,28 @@ class Metrics:
             buckets=(0, 1, 2, 3, 5, 10),
             registry=r,
         )
+        self.model_requests = Counter(
+            f"{PREFIX}_model_requests",
+            "Chat answers by the model (version) that answered; canned = no model",
+            ["model"],
+            registry=r,
+        )
+        self.completion_tokens = Counter(
+            f"{PREFIX}_completion_tokens",
+            "Completion tokens by the model that produced them (usage reported by the LLM)",
+            ["model"],
+            registry=r,
+        )
+        self.completion_tokens_per_request = Histogram(
+            f"{PREFIX}_completion_tokens_per_request",
+            "Completion tokens of one chat answer, by model",
+            ["model"],
+            buckets=(8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 2048),
+            registry=r,
+        )
+        self.canary_share = Gauge(
+            f"{PREFIX}_canary_share", "Share of chat requests routed to the canary", registry=r
+        )
         for dep in ("llm-primary", "llm-backup", "redis", "embedder", "vector", "tools"):
             self.breaker_state.labels(dep).set(0)
 

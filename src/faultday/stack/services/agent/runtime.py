@@ -10,7 +10,9 @@ from typing import Any
 
 from opentelemetry.trace import Tracer
 
+from faultday.errors import UsageError
 from faultday.stack.services.agent.audit import AuditLog
+from faultday.stack.services.agent.canary import CanarySplit
 from faultday.stack.services.agent.config import AgentConfig, Policy
 from faultday.stack.services.agent.deps import Embedder, Hit, Llm, LlmReply, Store, Tools, Vector
 from faultday.stack.services.agent.obs import Metrics, make_tracer_provider
@@ -29,6 +31,7 @@ class Endpoints:
     embedder: str
     qdrant: str
     tools: str
+    llm_canary: str = ""  # only with models.canary in agent.yaml
 
 
 @dataclass(slots=True)
@@ -74,6 +77,19 @@ class Runtime:
         m = cfg.models
         self.llm_primary = Llm(endpoints.llm_primary, m.primary, max_tokens=m.max_tokens)
         self.llm_backup = Llm(endpoints.llm_backup, m.backup, max_tokens=m.max_tokens)
+        self.canary: CanarySplit | None = None
+        self.llm_canary: Llm | None = None
+        if m.canary is not None and endpoints.llm_canary:
+            self.canary = CanarySplit(m.canary)
+            self.llm_canary = Llm(
+                endpoints.llm_canary,
+                m.canary.model,
+                max_tokens=m.canary.max_tokens or m.max_tokens,
+            )
+            self.metrics.breaker_state.labels("llm-canary").set(0)
+        elif m.canary is not None and m.canary.share > 0:
+            raise UsageError("models.canary.share > 0 needs the canary's address (--llm-canary)")
+        self.metrics.canary_share.set(self.canary.share if self.canary else 0.0)
         e = cfg.embedder
         self.embedder = Embedder(
             endpoints.embedder, model=e.model, input_name=e.input_name, output_name=e.output_name
@@ -86,7 +102,9 @@ class Runtime:
         self.audit = AuditLog(audit, self.store, secret_keys=cfg.secret_keys)
 
     async def close(self) -> None:
+        closers = [self.llm_canary.close] if self.llm_canary is not None else []
         for closer in (
+            *closers,
             self.llm_primary.close,
             self.llm_backup.close,
             self.embedder.close,
@@ -110,6 +128,45 @@ class Runtime:
             op=op,
         )
 
+    # -- canary --------------------------------------------------------------------------
+    def set_canary_share(self, share: float) -> float:
+        """Route ``share`` of chat requests to the canary; returns the previous share."""
+        if self.canary is None:
+            raise UsageError("no canary configured (models.canary and --llm-canary)")
+        previous = self.canary.set_share(share)
+        self.metrics.canary_share.set(share)
+        log.info("canary share %.4g -> %.4g", previous, share)
+        return previous
+
+    def _canary_for(self, route_key: str | None) -> Llm | None:
+        if route_key is None or self.canary is None or not self.canary.routes(route_key):
+            return None
+        return self.llm_canary
+
+    async def _try_canary(
+        self,
+        llm: Llm,
+        messages: list[dict[str, Any]],
+        *,
+        deadline: Deadline,
+        tools: list[dict[str, Any]] | None,
+    ) -> LlmReply | None:
+        """One call to the canary; on failure the primary chain answers (never worse off)."""
+        t = self.policy.timeouts
+        # Leave a model call each for the primary and the backup behind it.
+        reserve = 2 * t.model_call if self.policy.fallback else 0.0
+        try:
+            return await self.res.call(
+                "llm-canary",
+                lambda to: llm.chat(messages, timeout=to, tools=tools),
+                timeout=t.model_call,
+                deadline=Deadline(max(0.0, deadline.remaining() - reserve)),
+                op="chat",
+            )
+        except DependencyError as exc:
+            self._hop("llm", "primary", str(exc))
+            return None
+
     # -- LLM chain -----------------------------------------------------------------------
     async def generate(
         self,
@@ -118,10 +175,19 @@ class Runtime:
         deadline: Deadline,
         out: Outcome,
         tools: list[dict[str, Any]] | None = None,
+        route_key: str | None = None,
     ) -> LlmReply:
-        """primary → backup → canned answer (the canned answer only with ``fallback``)."""
+        """[canary →] primary → backup → canned answer (the canned answer only with ``fallback``).
+
+        ``route_key`` (chat only) lets the canary split pick this request.
+        """
         t = self.policy.timeouts
         fallback = self.policy.fallback
+        canary = self._canary_for(route_key)
+        if canary is not None:
+            reply = await self._try_canary(canary, messages, deadline=deadline, tools=tools)
+            if reply is not None:
+                return reply
         # Keep one model call's worth of time for the backup, or it could never answer.
         primary_deadline = (
             Deadline(max(0.0, deadline.remaining() - t.model_call)) if fallback else deadline
@@ -162,7 +228,13 @@ class Runtime:
 
     # -- chat ----------------------------------------------------------------------------
     async def chat(
-        self, *, session_id: str, message: str, rag: bool, deadline: Deadline
+        self,
+        *,
+        session_id: str,
+        message: str,
+        rag: bool,
+        deadline: Deadline,
+        request_id: str = "",
     ) -> dict[str, Any]:
         out = Outcome()
         key = f"fd:session:{session_id}"
@@ -189,7 +261,11 @@ class Runtime:
         msgs: list[dict[str, Any]] = [{"role": "system", "content": self._system(hits)}]
         msgs += history or []
         msgs.append({"role": "user", "content": message})
-        reply = await self.generate(msgs, deadline=deadline, out=out)
+        route_key = (
+            self.canary.key(session_id=session_id, request_id=request_id) if self.canary else None
+        )
+        reply = await self.generate(msgs, deadline=deadline, out=out, route_key=route_key)
+        self._count_answer(reply)
         if history is not None:
             await self._save_turns(key, message, reply.text, deadline=deadline, out=out)
         for reason in out.degraded:
@@ -201,7 +277,16 @@ class Runtime:
             "degraded_reasons": out.degraded,
             "sources": [h.id for h in hits],
             "policy": self.policy_name,
+            "usage": {"completion_tokens": reply.completion_tokens},
         }
+
+    def _count_answer(self, reply: LlmReply) -> None:
+        self.metrics.model_requests.labels(reply.model).inc()
+        if reply.completion_tokens:
+            self.metrics.completion_tokens.labels(reply.model).inc(reply.completion_tokens)
+            self.metrics.completion_tokens_per_request.labels(reply.model).observe(
+                reply.completion_tokens
+            )
 
     def _system(self, hits: list[Hit]) -> str:
         if not hits:
