@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from faultday.errors import ScenarioError
+from faultday.engine.stacks import StackPool
+from faultday.errors import FaultdayError, ScenarioError
 from faultday.report.journal import Journal, RunVerdict
 from faultday.scenario.loader import SUFFIX, LoadedScenario, load_scenario
 
@@ -29,6 +30,36 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--faultday-time-scale", type=float, default=1.0, help="compress scenario time (e.g. 0.1)"
     )
     group.addoption("--faultday-report-dir", default="reports", help="where run folders go")
+    group.addoption(
+        "--faultday-fresh-stack",
+        action="store_true",
+        help="a new stack for every scenario (default: one shared while it stays healthy)",
+    )
+
+
+POOL_KEY = pytest.StashKey["StackPool | None"]()
+
+
+def _pool(config: pytest.Config) -> StackPool | None:
+    """The session's shared stack pool; restarts the stack after a scenario that changed it."""
+    if config.getoption("faultday_fresh_stack"):
+        return None
+    if POOL_KEY not in config.stash:
+        from datetime import UTC, datetime
+
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        folder = Path(config.getoption("faultday_report_dir")) / f"pytest-stacks-{stamp}"
+        folder.mkdir(parents=True, exist_ok=True)
+        config.stash[POOL_KEY] = StackPool(
+            folder.resolve(), base_dir=config.invocation_params.dir, notes=[]
+        )
+    return config.stash[POOL_KEY]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    pool = session.config.stash.get(POOL_KEY, None)
+    if pool is not None:
+        pool.close()
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:
@@ -100,7 +131,16 @@ class ScenarioItem(pytest.Item):
             base_dir=self.config.invocation_params.dir,
         )
         run = Run(loaded, options)
+        pool = _pool(self.config)
+        if pool is not None:
+            try:
+                options.shared_stack = pool.get(loaded)
+            except FaultdayError:
+                # The run then starts its own stack and records why it could not.
+                options.shared_stack = None
         journal = run.execute(default_stack_factory)
+        if pool is not None and options.shared_stack is not None:
+            pool.after(journal)
         render_all(journal, run.run_dir)
         self.stash[REPORT_KEY] = run.run_dir
         self.user_properties.append(("faultday_verdict", str(journal.verdict)))

@@ -99,3 +99,24 @@ def test_inject_fixture_reverts_even_when_the_test_fails(suite: pytest.Pytester)
     )
     result = suite.runpytest("--faultday-stack", "procs.stack.yaml", "-p", "no:randomly")
     result.assert_outcomes(passed=3, failed=1)  # the copied YAML scenario runs too
+
+
+def test_scenarios_share_one_stack_until_one_changes_it(suite: pytest.Pytester) -> None:
+    text = (DATA / "pause.scenario.yaml").read_text()
+    (suite.path / "second.scenario.yaml").write_text(
+        text.replace("name: pause-ticker", "name: second")
+    )
+    kill = text.replace("name: pause-ticker", "name: third").replace(
+        "inject: process_pause, target: ticker, at: 1s, duration: 3s}",
+        "inject: process_kill, target: ticker, at: 1s, duration: 3s, with: {restart: false}}",
+    )
+    (suite.path / "third.scenario.yaml").write_text(kill)
+    (suite.path / "zz-last.scenario.yaml").write_text(
+        text.replace("name: pause-ticker", "name: last")
+    )
+    reports = suite.path / "reports"
+    result = suite.runpytest("--faultday-report-dir", str(reports), "-p", "no:randomly")
+    result.assert_outcomes(passed=4)
+    (pool,) = reports.glob("pytest-stacks-*")
+    # Three scenarios ran on stack 1; the third left the ticker dead, so the last got stack 2.
+    assert sorted(p.name for p in pool.iterdir() if p.is_dir()) == ["stack-1", "stack-2"]

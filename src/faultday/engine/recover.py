@@ -40,7 +40,8 @@ def find_ledgers(report_dir: Path) -> list[Path]:
     if not report_dir.is_dir():
         return []
     out = []
-    for ledger_path in sorted(report_dir.glob(f"*/{LEDGER_NAME}")):
+    # Runs sit directly under it; shared stacks of game days and pytest sessions one deeper.
+    for ledger_path in sorted(report_dir.rglob(LEDGER_NAME)):
         ledger = Ledger(ledger_path)
         if ledger.outstanding_reverts() or ledger.outstanding_processes():
             out.append(ledger_path.parent)

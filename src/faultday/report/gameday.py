@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from faultday.engine.stacks import StackPool
 from faultday.errors import FaultdayError, ScenarioError, UsageError
 from faultday.report.journal import Journal, RunVerdict
 from faultday.report.view import not_evaluated, scenario_name
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from faultday.injectors.base import TargetKind
     from faultday.report.runbooks import Measured
     from faultday.scenario.loader import LoadedScenario
+
 
 log = logging.getLogger(__name__)
 
@@ -373,83 +375,6 @@ def _target_resolver(base_dir: Path) -> Callable[[str], dict[str, TargetKind]]:
     return resolve
 
 
-class _StackPool:
-    """One stack shared by consecutive scenarios with the same stack and policy.
-
-    Rebuilt when the next scenario wants another stack, and after a run that may
-    have left it changed: one that did not pass cleanly, failed a revert, or
-    left a component that is not ready.
-    """
-
-    def __init__(self, gameday_dir: Path, *, base_dir: Path, notes: list[str]) -> None:
-        self.dir = gameday_dir
-        self.base_dir = base_dir
-        self.notes = notes
-        self.key: tuple[str, str | None] | None = None
-        self.stack: object | None = None
-        self.count = 0
-
-    def get(self, loaded: LoadedScenario) -> object:
-        from faultday.engine.ledger import Ledger
-        from faultday.engine.stacks import build_stack
-        from faultday.scenario.loader import stack_ref
-
-        spec = loaded.scenario.spec
-        key = (stack_ref(spec.stack, loaded.file), spec.policy)
-        if self.stack is not None and key == self.key:
-            return self.stack
-        self.close()
-        self.count += 1
-        folder = self.dir / f"stack-{self.count}"
-        folder.mkdir(parents=True, exist_ok=True)
-        stack = build_stack(
-            spec.stack,
-            scenario_file=loaded.file,
-            base_dir=self.base_dir,
-            run_dir=folder,
-            ledger=Ledger.in_dir(folder),
-            policy=spec.policy,
-        )
-        stack.up()  # type: ignore[attr-defined]
-        self.stack, self.key = stack, key
-        self.notes.append(
-            f"stack {self.count} ({key[0]}, policy {key[1] or 'default'}) "
-            f"up for {loaded.scenario.name}; logs in {folder.name}/"
-        )
-        return stack
-
-    def after(self, journal: Journal) -> None:
-        if self.stack is None:
-            return
-        why = ""
-        if journal.verdict not in (RunVerdict.PASSED, RunVerdict.FAILED):
-            why = f"run {journal.verdict}"
-        elif any(f.revert_ok is False for f in journal.faults):
-            why = "a revert failed"
-        else:
-            why = self._unready()
-        if why:
-            self.notes.append(f"stack {self.count} restarted after {scenario_name(journal)}: {why}")
-            self.close()
-
-    def _unready(self) -> str:
-        try:
-            info = self.stack.describe()  # type: ignore[union-attr]
-        except Exception as exc:  # noqa: BLE001 - a stack that cannot describe itself is not reused
-            return f"cannot describe it: {exc}"
-        bad = [c.name for c in info.components if c.health not in ("ready", "running")]
-        return f"not ready: {', '.join(bad)}" if bad else ""
-
-    def close(self) -> None:
-        stack, self.stack, self.key = self.stack, None, None
-        if stack is not None:
-            try:
-                stack.down()  # type: ignore[attr-defined]
-            except Exception as exc:
-                self.notes.append(f"stack down failed: {exc}")
-                log.exception("stack down failed")
-
-
 def run_gameday(
     paths: Sequence[Path],
     *,
@@ -484,7 +409,7 @@ def run_gameday(
         paths=[str(p) for p in paths],
     )
     gd.write(folder)
-    pool = _StackPool(folder, base_dir=base, notes=gd.stack_notes) if reuse_stack else None
+    pool = StackPool(folder, base_dir=base, notes=gd.stack_notes) if reuse_stack else None
     journals: list[Journal] = []
     try:
         for i, loaded in enumerate(suite):
@@ -534,7 +459,7 @@ def _run_one(
     folder: Path,
     base: Path,
     time_scale: float,
-    pool: _StackPool | None,
+    pool: StackPool | None,
     on_status: Callable[[Status], None] | None,
     on_run: Callable[[object], None] | None,
 ) -> Journal:
