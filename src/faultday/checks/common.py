@@ -109,16 +109,22 @@ def insufficient(
 
 
 def requests_in(
-    ctx: CheckContext, window: Window, pattern: str | None = None
+    ctx: CheckContext, window: Window, pattern: str | None = None, model: str | None = None
 ) -> list[RequestRecord]:
     """Client requests sent inside the window, optionally only those whose name matches a glob.
 
     Agent-task outcomes (name ``task``) are not requests; only the tasks checks read them.
+    ``model`` (a glob) keeps the requests answered by that model; a failed request
+    names no model, so a per-model selection holds only answered requests.
     """
     records = ctx.observations.requests_between(window.start, window.end)
     if pattern is None:
-        return [r for r in records if r.name != "task"]
-    return [r for r in records if fnmatch.fnmatchcase(r.name, pattern)]
+        out = [r for r in records if r.name != "task"]
+    else:
+        out = [r for r in records if fnmatch.fnmatchcase(r.name, pattern)]
+    if model is None:
+        return out
+    return [r for r in out if fnmatch.fnmatchcase(r.model, model)]
 
 
 def matches(value: str, patterns: Sequence[str]) -> bool:

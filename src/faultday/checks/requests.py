@@ -83,6 +83,9 @@ class LatencyParams(Params):
     min_: Duration | None = Field(default=None, alias="min")
     request: str | None = Field(default=None, description="only requests whose name matches (glob)")
     ok_only: bool = Field(default=False, description="judge successful requests only")
+    model: str | None = Field(
+        default=None, description="only requests answered by this model (glob)"
+    )
     target: str | None = Field(default=None, description="queue: the LLM component scraped")
     min_samples: int = Field(default=10, ge=1)
 
@@ -109,7 +112,7 @@ class Latency(Check):
         label = f"latency {params.metric} p{p:g}"
         if params.metric == "queue":
             return self._queue(ctx, params, window, label)
-        rs = requests_in(ctx, window, params.request)
+        rs = requests_in(ctx, window, params.request, params.model)
         if params.ok_only:
             rs = [r for r in rs if r.ok]
         values = metric_values(rs, params.metric)
@@ -175,6 +178,9 @@ class ThroughputParams(Bounds):
     unit: Literal["requests", "tokens"] = "requests"
     ok_only: bool = Field(default=True, description="count successful requests only")
     request: str | None = None
+    model: str | None = Field(
+        default=None, description="only requests answered by this model (glob)"
+    )
     min_window: Duration = Field(default=1.0, description="shorter windows are not judged")
 
 
@@ -198,7 +204,7 @@ class Throughput(Check):
                 Verdict.INSUFFICIENT,
                 message="no load ran in this run: nothing to measure",
             )
-        rs = requests_in(ctx, window, params.request)
+        rs = requests_in(ctx, window, params.request, params.model)
         counted = [r for r in rs if r.ok] if params.ok_only else rs
         amount = sum(r.tokens for r in counted) if params.unit == "tokens" else len(counted)
         unit = " tok/s" if params.unit == "tokens" else " req/s"
@@ -220,6 +226,9 @@ class GoodputParams(Bounds):
     slo_e2e: Duration | None = None
     slo_itl: Duration | None = Field(default=None, description="every token gap of the request")
     request: str | None = None
+    model: str | None = Field(
+        default=None, description="only requests answered by this model (glob)"
+    )
     min_window: Duration = 1.0
 
     @model_validator(mode="after")
@@ -249,7 +258,7 @@ class Goodput(Check):
                 Verdict.INSUFFICIENT,
                 message="no load ran in this run: nothing to measure",
             )
-        rs = requests_in(ctx, window, params.request)
+        rs = requests_in(ctx, window, params.request, params.model)
         good = [r for r in rs if r.ok and _meets(r, params)]
         amount = sum(r.tokens for r in good) if params.unit == "tokens" else len(good)
         unit = " tok/s" if params.unit == "tokens" else " req/s"
