@@ -141,6 +141,14 @@ def test_errors_take_a_step_out_of_the_sla() -> None:
     ).observed.endswith("(step 4, 16 users)")
 
 
+def test_a_step_within_sla_after_one_that_broke_it_does_not_count() -> None:
+    # Step 3 breaks a 400 ms SLA; step 4 meets it again (noise) with more req/s: not capacity.
+    ctx = Recorded(plan(STEP_LOAD), ramp([0.2, 0.3, 0.5, 0.35]))
+    r = judge(ctx, slo_p99="400ms")
+    assert r.observed.endswith("max within SLA (step 2, 8 users)"), r.observed
+    assert "4) 16u 45.7 req/s" in r.message and "p99 350ms err 0% ok" in r.message
+
+
 def test_knee_is_against_the_lowest_p99_before_not_only_the_first() -> None:
     # Step 1 is slow (cold); step 2 is fast; step 3 is 2.5 × step 2 though only 1.25 × step 1.
     ctx = Recorded(plan(STEP_LOAD), ramp([0.4, 0.2, 0.5, 0.5]))

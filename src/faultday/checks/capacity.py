@@ -38,7 +38,7 @@ class CapacityParams(Params):
         default=None, description="skipped at each step's start; default 10% of step_every"
     )
     request: str | None = Field(default=None, description="only requests whose name matches (glob)")
-    min_samples: int = Field(default=20, ge=1, description="requests a step needs to be judged")
+    min_samples: int = Field(default=10, ge=1, description="requests a step needs to be judged")
     min_steps: int = Field(default=2, ge=2, description="judged steps needed, else insufficient")
 
 
@@ -142,8 +142,18 @@ def find_knee(steps: list[Step], factor: float) -> Step | None:
 
 
 def best_within_sla(steps: list[Step], unit: str) -> Step | None:
-    """The step with the highest rate among those meeting the SLA (the earlier on a tie)."""
-    ok = [s for s in steps if s.meets_sla]
+    """The highest rate among the judged steps within SLA before the first that breaks it.
+
+    A step that happens to meet the SLA after a lighter step broke it is luck, not
+    capacity: the load only grows.
+    """
+    ok: list[Step] = []
+    for s in steps:
+        if s.p99 is None:
+            continue
+        if not s.meets_sla:
+            break
+        ok.append(s)
     return max(ok, key=lambda s: (s.rate(unit), -s.index)) if ok else None
 
 
