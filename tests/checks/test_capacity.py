@@ -156,6 +156,13 @@ def test_knee_is_against_the_lowest_p99_before_not_only_the_first() -> None:
     assert r.observed.startswith("knee at step 3 (12 users, p99 500ms)")
 
 
+def test_a_p99_spike_that_falls_back_is_not_the_knee() -> None:
+    # Step 2 doubles step 1 but step 3 falls back below 2 × 0.2 s: the knee is step 4.
+    ctx = Recorded(plan(STEP_LOAD), ramp([0.2, 0.5, 0.3, 0.6]))
+    r = judge(ctx, slo_p99="1s")
+    assert r.observed.startswith("knee at step 4 (16 users, p99 600ms)"), r.observed
+
+
 def test_requests_belong_to_the_step_they_completed_in_time_scaled() -> None:
     # At --time-scale 0.1 a 30 s step is 3 real seconds; a 0.2 s request spans 2 scenario seconds.
     obs = Observations()

@@ -130,14 +130,16 @@ def measure(
 
 
 def find_knee(steps: list[Step], factor: float) -> Step | None:
-    """First judged step whose P99 exceeds ``factor`` × the lowest judged P99 before it."""
-    lowest: float | None = None
-    for s in steps:
-        if s.p99 is None:
-            continue
-        if lowest is not None and s.p99 > factor * lowest:
-            return s
-        lowest = s.p99 if lowest is None else min(lowest, s.p99)
+    """First judged step from which P99 stays above ``factor`` × the lowest judged P99 before it.
+
+    "Stays": every later judged step is above that line too; under a growing load a
+    P99 that falls back below it was one slow request, not saturation.
+    """
+    judged = [s for s in steps if s.p99 is not None]
+    for i in range(1, len(judged)):
+        line = factor * min(s.p99 for s in judged[:i] if s.p99 is not None)
+        if all(s.p99 is not None and s.p99 > line for s in judged[i:]):
+            return judged[i]
     return None
 
 
