@@ -8,11 +8,11 @@ import httpx
 import pytest
 import yaml
 from pydantic import ValidationError
+from test_chat import metric
 
 from conftest import Stack
 from faultday.stack.services.agent.canary import CanarySplit, draw
 from faultday.stack.services.agent.config import AgentConfig, Canary, CanaryKey
-from test_chat import metric
 
 REPO = Path(__file__).resolve().parents[2]
 
