@@ -20,7 +20,17 @@ def test_local_stack_up_edges_through_the_proxy_and_down(make_stack: MakeStack) 
     s.up(timeout=90)
     info = s.describe()
     assert {c.name: c.health for c in info.components} == dict.fromkeys(
-        ["redis", "triton", "qdrant", "llm-primary", "llm-backup", "proxy", "tools", "agent"],
+        [
+            "redis",
+            "triton",
+            "qdrant",
+            "llm-primary",
+            "llm-backup",
+            "llm-canary",
+            "proxy",
+            "tools",
+            "agent",
+        ],
         "ready",
     )
     assert info.policy == "naive"

@@ -20,6 +20,7 @@ def test_local_profile_loads_by_name_with_the_expected_targets() -> None:
         "qdrant",
         "llm-primary",
         "llm-backup",
+        "llm-canary",
         "tools",
         "agent",
         "proxy",
@@ -31,10 +32,9 @@ def test_local_profile_loads_by_name_with_the_expected_targets() -> None:
 
 
 def test_packaged_copy_is_identical_and_used_outside_a_checkout(tmp_path: Path) -> None:
-    for name in ("local", "local-real"):
-        assert (PACKAGED_PROFILES / f"{name}.yaml").read_text() == (
-            REPO / "stack" / f"{name}.yaml"
-        ).read_text()
+    # The agent's policy file ships beside the profiles ({profile_dir}/agent.yaml).
+    for name in ("local.yaml", "local-real.yaml", "agent.yaml"):
+        assert (PACKAGED_PROFILES / name).read_text() == (REPO / "stack" / name).read_text()
     p = load_profile("local", base_dir=tmp_path)
     assert p.source == str(PACKAGED_PROFILES / "local.yaml")
 
