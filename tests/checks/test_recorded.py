@@ -1,4 +1,4 @@
-"""Every check against recorded series: where it must pass, where it must fail, and too few samples."""
+"""Every check on recorded series: where it must pass, where it must fail, too few samples."""
 
 from __future__ import annotations
 

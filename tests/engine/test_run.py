@@ -92,8 +92,10 @@ def test_a_paused_component_fails_its_live_check_during_the_fault(tmp_path: Path
 @pytest.mark.usefixtures("no_leftovers")
 def test_time_scale_compresses_wall_time_not_windows(tmp_path: Path) -> None:
     # Timing only: no live probe, whose answer time depends on how busy the machine is.
-    text = (DATA / "pause.scenario.yaml").read_text().replace(
-        "  steady_state:\n    - {check: health, target: web, path: /, status: 200}\n", ""
+    text = (
+        (DATA / "pause.scenario.yaml")
+        .read_text()
+        .replace("  steady_state:\n    - {check: health, target: web, path: /, status: 200}\n", "")
     )
     scenario = _write(tmp_path, "t.scenario.yaml", text)
     t0 = time.monotonic()

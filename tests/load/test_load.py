@@ -59,11 +59,9 @@ def test_http_load_streams_every_request_and_stops_by_pid(tmp_path: Path, ok_ser
     assert max(r.t for r in rs) < 3.0 + 1.0
     assert [r.t for r in rs] == sorted(r.t for r in rs)
     for p in load.procs:
-        assert (
-            (p.returncode is not None
-            and not psutil.pid_exists(p.pid))
-            or psutil.Process(p.pid).status() == "zombie"
-        )
+        assert (p.returncode is not None and not psutil.pid_exists(p.pid)) or psutil.Process(
+            p.pid
+        ).status() == "zombie"
     assert not run.errors
     # Derived series and scraped metrics land in timeseries.csv.
     rows = list(csv.DictReader((tmp_path / "timeseries.csv").open()))

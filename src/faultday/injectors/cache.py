@@ -17,7 +17,7 @@ import signal
 from typing import ClassVar
 
 import httpx
-import psutil  # type: ignore[import-untyped]
+import psutil
 import redis
 from pydantic import BaseModel, ConfigDict, Field
 

@@ -64,7 +64,7 @@ class Sink:
         self.sent += 1
 
     def reserve(self) -> bool:
-        """Claim one request of this process' cap before sending it (greenlets run one at a time)."""
+        """Claim one request of this process' cap before sending it (greenlets run in turn)."""
         if self.capped or (CONFIG.max_requests is not None and self.issued >= CONFIG.max_requests):
             return False
         self.issued += 1
@@ -235,7 +235,7 @@ class FaultdayUser(FastHttpUser):
         return status, data if isinstance(data, dict) else {}
 
     def _sleep(self, seconds: float) -> None:
-        import gevent  # type: ignore[import-untyped]  # noqa: PLC0415 - the child is gevent-patched; sleep cooperatively
+        import gevent  # type: ignore[import-untyped]
 
         gevent.sleep(seconds)
 

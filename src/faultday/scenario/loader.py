@@ -168,8 +168,11 @@ class _Validator:
             return
         components = [n for n, k in table.items() if k == TargetKind.COMPONENT]
         where: PathKey = ("spec", "load", "target") if "target" in load else ("spec", "load")
-        self.add(where, f"the load goes to {target!r}, which the stack does not have"
-                 f"{did_you_mean(str(target), components)}")
+        self.add(
+            where,
+            f"the load goes to {target!r}, which the stack does not have"
+            f"{did_you_mean(str(target), components)}",
+        )
 
     def _plugin(self, reg: Registry[Injector] | Registry[Check], name: str, path: PathKey):  # type: ignore[no-untyped-def]
         if name not in reg:

@@ -74,7 +74,7 @@ class Gate:
             self._cond.notify(1)
 
 
-def build_app(rt: Runtime) -> FastAPI:
+def build_app(rt: Runtime) -> FastAPI:  # noqa: PLR0915 - every route of the runtime in one place
     engine = TaskEngine(rt)
     gate = Gate(rt.policy.admission)
 
@@ -148,8 +148,8 @@ def build_app(rt: Runtime) -> FastAPI:
         try:
             depth = await asyncio.wait_for(engine.queue_depth(), timeout=0.5)
             rt.metrics.queue_depth.labels("tasks").set(depth)
-        except Exception:  # noqa: BLE001 - metrics must answer while Redis is down
-            pass
+        except Exception as exc:  # noqa: BLE001 - metrics must answer while Redis is down
+            log.debug("queue depth unavailable: %s", exc)
         return Response(generate_latest(rt.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/admin/canary")
