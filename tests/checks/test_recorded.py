@@ -368,3 +368,16 @@ def test_audit_without_a_log_is_insufficient(tmp_path: Path) -> None:
     r = judge(ctx, "audit", Window(WindowKind.RUN, "whole run", 0, 10))
     assert r.verdict == Verdict.INSUFFICIENT and "no audit log" in r.message
     assert math.isfinite(0)
+
+
+def test_retry_amplification_counts_dials_at_a_dead_upstream() -> None:
+    lab = (("component", "proxy"), ("proxy", "agent_to_llm-primary"))
+    # Baseline: 100 client requests, 100 downstream. Fault: the replica is gone, so
+    # nothing reaches it as HTTP, but 500 dials fail at the proxy: a retry storm.
+    s = _counter("faultday_proxy_http_requests_total", lab, [(0, 0), (9.9, 100), (19.9, 100)])
+    s += _counter("faultday_proxy_upstream_failures_total", lab, [(0, 0), (9.9, 0), (19.9, 500)])
+    ctx = ctx_with(reqs(0, 10, 100), reqs(10, 20, 100), samples=s)
+    r = judge(ctx, "retry_amplification", target="llm-primary", max=1.5)
+    assert r.verdict == Verdict.FAILED and r.observed == "5x"
+    only_http = judge(ctx, "retry_amplification", target="llm-primary", max=1.5, failed_dials=None)
+    assert only_http.verdict == Verdict.PASSED and only_http.observed == "0x"

@@ -13,6 +13,7 @@ import pytest
 
 from faultday.proxy import ProxyServer
 from faultday.proxy.client import ToxiproxyClient
+from tests.proxy.conftest import free_port
 
 
 @pytest.fixture
@@ -184,3 +185,18 @@ def test_tcp_toxic_on_http_edge_and_keepalive_survives(
     t0 = time.perf_counter()
     assert llm.get("/hello").status_code == 200
     assert time.perf_counter() - t0 < 0.15
+
+
+def test_dials_to_a_dead_upstream_are_counted(inproc: ProxyServer) -> None:
+    """Retries at a dead replica never become HTTP requests; the proxy counts them anyway."""
+    api = ToxiproxyClient(inproc.api_url)
+    dead = free_port()  # nothing listens there
+    proxy = api.create_proxy("dead", listen="127.0.0.1:0", upstream=f"127.0.0.1:{dead}")
+    port = int(proxy.listen.rsplit(":", 1)[1])
+    for _ in range(4):
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2)
+    snap = inproc.counters("dead")
+    assert snap.upstream_failures == 4
+    assert snap.http_requests == 0
+    assert 'faultday_proxy_upstream_failures_total{proxy="dead"} 4.0' in api.metrics()

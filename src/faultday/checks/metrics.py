@@ -94,12 +94,18 @@ def _labels_text(labels: dict[str, str]) -> str:
 # ---------------------------------------------------------------- retry_amplification
 
 PROXY_REQUESTS = "faultday_proxy_http_requests_total"
+PROXY_FAILED_DIALS = "faultday_proxy_upstream_failures_total"
 
 
 class RetryAmplificationParams(Params):
     target: str = Field(description="an edge (agent->llm-primary) or its destination component")
     max_: float = Field(alias="max", gt=0, description="allowed ratio to baseline")
     metric: str = Field(default=PROXY_REQUESTS, description="downstream request counter")
+    failed_dials: str | None = Field(
+        default=PROXY_FAILED_DIALS,
+        description="counter of attempts that never reached a dead upstream; added to the "
+        "requests (null: requests only)",
+    )
     label: str = Field(default="proxy", description="the label naming the edge in that metric")
     min_requests: int = Field(default=10, ge=1, description="client requests in each window")
 
@@ -136,6 +142,12 @@ class RetryAmplification(Check):
         for w in (baseline, window):
             clients = len(requests_in(ctx, w))
             down = sum(counter_increase(ctx, params.metric, w, {params.label: e})[0] for e in edges)
+            if params.failed_dials:
+                # Retries at a dead replica never become HTTP requests: count the dials too.
+                down += sum(
+                    counter_increase(ctx, params.failed_dials, w, {params.label: e})[0]
+                    for e in edges
+                )
             if clients < params.min_requests:
                 return insufficient(
                     self.name,

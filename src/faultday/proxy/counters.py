@@ -21,6 +21,9 @@ class ProxyCounters:
     http_requests: int
     http_responses: tuple[tuple[int, int], ...]  # (status, count), sorted
     toxic_actions: tuple[tuple[str, int], ...]  # (toxic type, times it acted), sorted
+    # Client connections whose upstream could not be reached (refused, timed out):
+    # attempts that never became a request the server saw, e.g. retries at a dead replica.
+    upstream_failures: int = 0
 
     def responses(self, status: int) -> int:
         return dict(self.http_responses).get(status, 0)
@@ -41,6 +44,7 @@ class ProxyCounters:
             "http_requests": self.http_requests,
             "http_responses": {str(s): n for s, n in self.http_responses},
             "toxic_actions": dict(self.toxic_actions),
+            "upstream_failures": self.upstream_failures,
         }
 
 
@@ -56,6 +60,7 @@ class LiveCounters:
     http_requests: int = 0
     http_responses: dict[int, int] = field(default_factory=dict)
     toxic_actions: dict[str, int] = field(default_factory=dict)
+    upstream_failures: int = 0
 
     def response(self, status: int) -> None:
         self.http_responses[status] = self.http_responses.get(status, 0) + 1
@@ -77,4 +82,5 @@ class LiveCounters:
             http_requests=self.http_requests,
             http_responses=tuple(sorted(dict(self.http_responses).items())),
             toxic_actions=tuple(sorted(dict(self.toxic_actions).items())),
+            upstream_failures=self.upstream_failures,
         )

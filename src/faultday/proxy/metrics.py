@@ -44,6 +44,11 @@ class ProxyCollector(Collector):
         actions = CounterMetricFamily(
             "faultday_proxy_toxic_actions", "Times a toxic acted", labels=["proxy", "type"]
         )
+        failures = CounterMetricFamily(
+            "faultday_proxy_upstream_failures",
+            "Client connections whose upstream could not be reached",
+            labels=["proxy"],
+        )
         for name, proxy in list(self.server.proxies.items()):
             snap = proxy.counters.snapshot(name)
             for i, direction in enumerate(_DIRECTIONS):
@@ -55,11 +60,12 @@ class ProxyCollector(Collector):
             conns.add_metric([name], snap.connections_total)
             active.add_metric([name], snap.connections_active)
             requests.add_metric([name], snap.http_requests)
+            failures.add_metric([name], snap.upstream_failures)
             for status, count in snap.http_responses:
                 responses.add_metric([name, str(status)], count)
             for kind, count in snap.toxic_actions:
                 actions.add_metric([name, kind], count)
-        yield from (received, sent, conns, active, requests, responses, actions)
+        yield from (received, sent, conns, active, requests, responses, actions, failures)
 
 
 def render_metrics(server: ProxyServer) -> bytes:

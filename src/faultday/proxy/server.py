@@ -180,6 +180,7 @@ class Proxy:
             self.loop.remove_writer(up.fileno())
         up.close()
         self._addr = None  # resolve again next time: the upstream may have moved
+        self.counters.upstream_failures += 1
         log.info("proxy %s: upstream %s unreachable (%s)", self.name, self.upstream, why)
         self._drop(client)
 
