@@ -10,10 +10,10 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from tests.proxy.conftest import free_port
 
 from faultday.proxy import ProxyServer
 from faultday.proxy.client import ToxiproxyClient
-from tests.proxy.conftest import free_port
 
 
 @pytest.fixture
