@@ -17,7 +17,7 @@ from faultday.errors import StackError
 from faultday.injectors.base import TargetKind
 from faultday.stack.profile import StackProfile
 
-DEPLOYS = ["redis", "triton", "qdrant", "llm-primary", "llm-backup", "tools", "agent"]
+DEPLOYS = ["redis", "triton", "qdrant", "llm-primary", "llm-backup", "llm-canary", "tools", "agent"]
 
 
 def test_up_applies_every_rendered_object_in_order_then_waits(

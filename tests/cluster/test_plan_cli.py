@@ -63,7 +63,7 @@ def test_cli_plan_prints_every_object_without_calling_the_cluster(
     lines = res.output.splitlines()
     assert lines[0].startswith("# dry run: profile local, namespace gameday, mode deploy")
     actions = [ln.split()[0] for ln in lines[1:]]
-    assert actions.count("apply") == 21 and actions.count("delete") == 21 + 1 + 1 + 1
+    assert actions.count("apply") == 24 and actions.count("delete") == 24 + 1 + 1 + 1
     faults = [ln for ln in lines if "# fault" in ln or "# revert" in ln]
     assert [ln.split()[0] for ln in faults] == [
         "delete",
@@ -89,7 +89,7 @@ def test_cli_rbac_and_manifests(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     assert res.exit_code == 0, res.output
     assert "kind: RoleBinding" in res.output and "ClusterRole" not in res.output
     res = CliRunner().invoke(_app(), ["k8s", "manifests", "-n", "team-a"])
-    assert res.exit_code == 0 and res.output.count("namespace: team-a") == 21
+    assert res.exit_code == 0 and res.output.count("namespace: team-a") == 24
 
 
 def test_cli_refuses_a_namespace_outside_the_configs_allowlist(
