@@ -14,6 +14,7 @@ PYTEST_OK = rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; r
 sysdeps:  ## Debian packages the stack and the tests use
 	@need=""; \
 	command -v redis-server >/dev/null || need="$$need redis-server"; \
+	command -v chromium >/dev/null || need="$$need chromium"; \
 	if [ -n "$$need" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need; \
 	  else echo "please install:$$need (sudo apt-get install$$need)"; exit 1; fi; \
