@@ -277,6 +277,21 @@ def test_breaker_opens_probes_and_closes() -> None:
     assert judge(ctx_with(), "breaker", dependency="llm-primary").verdict == Verdict.INSUFFICIENT
 
 
+def test_a_half_open_probe_between_scrapes_is_seen_in_the_transition_counter() -> None:
+    lab = (("component", "agent"), ("dependency", "llm-primary"))
+    # The gauge never shows 1: every probe ran between two scrapes.
+    gauge = _counter("faultday_agent_breaker_state", lab, [(9, 0), (11, 2), (15, 2), (23, 0)])
+    probed = _counter(
+        "faultday_agent_breaker_transitions_total",
+        (*lab, ("state", "half-opened")),
+        [(9, 0), (11, 0), (15, 1), (23, 2)],
+    )
+    args = {"dependency": "llm-primary", "opened_within": "2s", "closed_within": "5s"}
+    assert judge(ctx_with(samples=gauge + probed), "breaker", **args).verdict == Verdict.PASSED
+    missed = judge(ctx_with(samples=gauge), "breaker", **args)
+    assert missed.verdict == Verdict.FAILED and "no half-open probe seen" in missed.message
+
+
 # ---- tasks_lost, audit, duplicate_side_effects ------------------------------------------------
 def test_tasks_lost() -> None:
     run = Window(WindowKind.RUN, "whole run", 0.0, 40.0)

@@ -216,6 +216,7 @@ def baseline_window(ctx: CheckContext) -> Window | None:
 # ---------------------------------------------------------------- breaker
 
 BREAKER_METRIC = "faultday_agent_breaker_state"  # 0 closed, 1 half-open, 2 open
+BREAKER_TRANSITIONS = "faultday_agent_breaker_transitions_total"
 
 
 class BreakerParams(Params):
@@ -261,6 +262,16 @@ class Breaker(Check):
             )
         opened = next((s.t for s in states if s.value >= 2), math.inf)
         half = next((s.t for s in states if s.t > opened and s.value == 1), math.inf)
+        if math.isinf(half) and not math.isinf(opened):
+            # A probe lasts milliseconds: the transition counter keeps what scrapes miss.
+            probes, _ = counter_increase(
+                ctx,
+                BREAKER_TRANSITIONS,
+                Window(WindowKind.FAULT, "after opening", opened, math.inf),
+                {"dependency": params.dependency, "state": "half-opened"},
+            )
+            if probes > 0:
+                half = opened
         closed = next(
             (s.t for s in states if s.t >= reverted and s.t > opened and s.value == 0), math.inf
         )

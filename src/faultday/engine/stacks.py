@@ -91,7 +91,8 @@ class StackPool:
             return self.stack
         self.close()
         self.count += 1
-        folder = self.dir / f"stack-{self.count}"
+        # Absolute: components get it on their command line and run in their own folders.
+        folder = (self.dir / f"stack-{self.count}").resolve()
         folder.mkdir(parents=True, exist_ok=True)
         stack = build_stack(
             spec.stack,

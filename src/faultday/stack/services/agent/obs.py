@@ -40,6 +40,14 @@ class Metrics:
             ["dependency"],
             registry=r,
         )
+        # The gauge shows a half-open probe only while it runs (milliseconds), which a
+        # scrape rarely catches; this counter keeps every transition for the checks.
+        self.breaker_transitions = Counter(
+            f"{PREFIX}_breaker_transitions",
+            "Breaker state changes per dependency (half-opened counts each probe)",
+            ["dependency", "state"],
+            registry=r,
+        )
         self.dep_calls = Counter(
             f"{PREFIX}_dependency_calls",
             "Dependency calls by result (after retries)",

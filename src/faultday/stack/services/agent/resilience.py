@@ -122,6 +122,7 @@ class Resilience:
             state = str(getattr(event, "state", "closed"))
             self.states[name] = state
             self.metrics.breaker_state.labels(name).set(BREAKER_STATES.get(state, 0))
+            self.metrics.breaker_transitions.labels(name, state).inc()
 
     def breaker_state(self, name: str) -> str:
         """closed, half-opened or opened (purgatory's names), as last reported."""
