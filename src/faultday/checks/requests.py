@@ -184,6 +184,23 @@ class ThroughputParams(Bounds):
     min_window: Duration = Field(default=1.0, description="shorter windows are not judged")
 
 
+def _unmeasurable_rate(
+    name: str, label: str, ctx: CheckContext, window: Window, min_window: float
+) -> CheckResult | None:
+    """A rate needs a long enough window and a load that ran; otherwise say which is missing."""
+    if window.length < min_window:
+        return insufficient(name, label, window, n=0, need=1, what="seconds of window")
+    if not ctx.observations.requests:
+        return CheckResult(
+            name,
+            label,
+            window.label,
+            Verdict.INSUFFICIENT,
+            message="no load ran in this run: nothing to measure",
+        )
+    return None
+
+
 class Throughput(Check):
     """Requests (or tokens) per second over the window."""
 
@@ -194,16 +211,9 @@ class Throughput(Check):
     def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
         assert isinstance(params, ThroughputParams)
         label = f"throughput {params.unit}/s"
-        if window.length < params.min_window:
-            return insufficient(self.name, label, window, n=0, need=1, what="seconds of window")
-        if not ctx.observations.requests:
-            return CheckResult(
-                self.name,
-                label,
-                window.label,
-                Verdict.INSUFFICIENT,
-                message="no load ran in this run: nothing to measure",
-            )
+        unmeasurable = _unmeasurable_rate(self.name, label, ctx, window, params.min_window)
+        if unmeasurable is not None:
+            return unmeasurable
         rs = requests_in(ctx, window, params.request, params.model)
         counted = [r for r in rs if r.ok] if params.ok_only else rs
         amount = sum(r.tokens for r in counted) if params.unit == "tokens" else len(counted)
@@ -248,16 +258,9 @@ class Goodput(Check):
     def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
         assert isinstance(params, GoodputParams)
         label = f"goodput {params.unit}/s"
-        if window.length < params.min_window:
-            return insufficient(self.name, label, window, n=0, need=1, what="seconds of window")
-        if not ctx.observations.requests:
-            return CheckResult(
-                self.name,
-                label,
-                window.label,
-                Verdict.INSUFFICIENT,
-                message="no load ran in this run: nothing to measure",
-            )
+        unmeasurable = _unmeasurable_rate(self.name, label, ctx, window, params.min_window)
+        if unmeasurable is not None:
+            return unmeasurable
         rs = requests_in(ctx, window, params.request, params.model)
         good = [r for r in rs if r.ok and _meets(r, params)]
         amount = sum(r.tokens for r in good) if params.unit == "tokens" else len(good)
