@@ -9,16 +9,20 @@ STAMP := $(VENV)/.installed
 # pytest exit code 5 = "no tests collected": not a failure of the target.
 PYTEST_OK = rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
 
-.PHONY: demo test test-slow test-scenarios test-real bench lint gameday setup sysdeps clean
+.PHONY: demo test test-slow test-scenarios test-real bench lint gameday setup sysdeps native clean
 
-sysdeps:  ## Debian packages: redis-server (needed), chromium (the report's browser test)
-	@need=""; \
+NATIVE_SRC := src/faultday/proxy/relay.c
+NATIVE := src/faultday/proxy/_relay.so
+
+sysdeps:  ## Debian packages: redis-server (needed); chromium (the report's browser test), gcc (the proxy's native relay)
+	@need=""; want=""; \
 	command -v redis-server >/dev/null || need="$$need redis-server"; \
-	command -v chromium >/dev/null || want=" chromium"; \
+	command -v chromium >/dev/null || want="$$want chromium"; \
+	command -v cc >/dev/null || want="$$want gcc libc6-dev"; \
 	if [ "$$(id -u)" = 0 ] && [ -n "$$need$$want" ]; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need $$want; \
 	elif [ -n "$$need" ]; then echo "please install:$$need (sudo apt-get install$$need)"; exit 1; \
-	elif [ -n "$$want" ]; then echo "note: without chromium the report's browser test is skipped"; \
+	elif [ -n "$$want" ]; then echo "note: without$$want: no browser test of the report / the proxy relays in Python"; \
 	fi
 
 $(STAMP): pyproject.toml
@@ -27,7 +31,13 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q -e '.[dev]'
 	@touch $(STAMP)
 
-setup: sysdeps $(STAMP)  ## everything the demo and the tests need
+setup: sysdeps $(STAMP) native  ## everything the demo and the tests need
+
+native: $(STAMP)  ## the proxy's native relay (relay.c), rebuilt when its source changed
+	@if [ ! $(NATIVE) -nt $(NATIVE_SRC) ]; then \
+	  if command -v cc >/dev/null; then cc -O2 -Wall -shared -fPIC -pthread -o $(NATIVE) $(NATIVE_SRC); \
+	  else echo "note: no C compiler: the proxy relays in Python (slower)"; fi; \
+	fi
 
 demo: setup  ## a short, real game day on the local stack; prints where the report is
 	$(VENV)/bin/faultday gameday scenarios/ --tag demo --time-scale 0.25

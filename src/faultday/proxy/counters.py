@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass, field
 
 from pydantic import JsonValue
@@ -61,6 +62,9 @@ class LiveCounters:
     http_responses: dict[int, int] = field(default_factory=dict)
     toxic_actions: dict[str, int] = field(default_factory=dict)
     upstream_failures: int = 0
+    # Bytes moved by the native relay (received up, sent up, received down, sent
+    # down); only its thread writes them, aligned 64-bit reads are never torn.
+    native: ctypes.Array[ctypes.c_uint64] | None = None
 
     def response(self, status: int) -> None:
         self.http_responses[status] = self.http_responses.get(status, 0) + 1
@@ -71,14 +75,15 @@ class LiveCounters:
     def snapshot(self, proxy: str) -> ProxyCounters:
         # Readers in other threads: ints and dict copies are atomic under the GIL,
         # so a snapshot is consistent per field without locking the hot path.
+        n = tuple(self.native) if self.native is not None else (0, 0, 0, 0)
         return ProxyCounters(
             proxy=proxy,
             connections_total=self.connections_total,
             connections_active=self.connections_active,
-            bytes_received_upstream=self.received[0],
-            bytes_sent_upstream=self.sent[0],
-            bytes_received_downstream=self.received[1],
-            bytes_sent_downstream=self.sent[1],
+            bytes_received_upstream=self.received[0] + n[0],
+            bytes_sent_upstream=self.sent[0] + n[1],
+            bytes_received_downstream=self.received[1] + n[2],
+            bytes_sent_downstream=self.sent[1] + n[3],
             http_requests=self.http_requests,
             http_responses=tuple(sorted(dict(self.http_responses).items())),
             toxic_actions=tuple(sorted(dict(self.toxic_actions).items())),

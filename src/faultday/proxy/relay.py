@@ -45,6 +45,7 @@ from faultday.proxy.models import (
 from faultday.proxy.toxics import Link, Toxic, applies
 
 if TYPE_CHECKING:
+    from faultday.proxy.native import DirectionState, Released
     from faultday.proxy.server import Proxy
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,18 @@ class Connection:
     def start(self) -> None:
         self.up.start()
         self.down.start()
+
+    def resume(self, released: Released, *, http: bool) -> None:
+        """Carry on a connection the native relay relayed until now."""
+        self.up.restore(released.up)
+        self.down.restore(released.down)
+        if http:
+            self.become_http()  # the relay only peeked: no byte of it has moved
+        elif released.kind:
+            self.kind = Kind.TCP
+        for direction in (self.up, self.down):
+            direction.resume()
+        self.direction_done()
 
     def link(self, toxic: Toxic) -> Link:
         link = self.links.get(id(toxic))
@@ -235,6 +248,23 @@ class Direction:
         with contextlib.suppress(OSError):
             self.dst.shutdown(socket.SHUT_WR)
         self.conn.direction_done()
+
+    def restore(self, state: DirectionState) -> None:
+        self.pipe, self.in_pipe, self.eof = state.pipe, state.in_pipe, state.eof
+        if state.done:
+            self.mode = Mode.DONE
+
+    def resume(self) -> None:
+        if self.mode is not Mode.FAST:
+            return
+        if self.conn.chain(self.stream):
+            self.to_pump()
+        elif self.in_pipe:
+            self._arm_writer()  # flushes, then reads again (or half-closes at EOF)
+        elif self.eof:
+            self._finish()
+        else:
+            self._read_on(self._fast_readable)
 
     def toxics_changed(self) -> None:
         if self.mode is Mode.FAST and self.conn.chain(self.stream):

@@ -25,6 +25,7 @@ from faultday.errors import FaultdayError
 from faultday.proxy.counters import LiveCounters, ProxyCounters
 from faultday.proxy.eventloop import new_event_loop
 from faultday.proxy.models import ProxySpec, split_hostport
+from faultday.proxy.native import KIND_HTTP, NOTE_CLOSED, Counters, NativeRelay, Released
 from faultday.proxy.relay import Connection, PipePool
 from faultday.proxy.toxics import Toxic
 
@@ -52,14 +53,23 @@ def _connected_now(sock: socket.socket) -> bool:
 class Proxy:
     """One listening address forwarding to one upstream, with its toxics."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, spec: ProxySpec) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        spec: ProxySpec,
+        relay: NativeRelay | None = None,
+    ) -> None:
         self.loop = loop
+        self.relay = relay
+        self.native: set[int] = set()  # tokens of connections the native relay holds
         self.name = spec.name
         self.upstream = spec.upstream
         self.listen = spec.listen
         self.enabled = False
         self.toxics: list[Toxic] = []
         self.counters = LiveCounters()
+        if relay is not None:
+            self.counters.native = Counters()
         self.connections: set[Connection] = set()
         self.pipes = PipePool()
         self.changed: asyncio.Future[None] = loop.create_future()
@@ -97,6 +107,13 @@ class Proxy:
             self._lsock.close()
             self._lsock = None
         self.enabled = False
+        for released in self._take_back_native():
+            released.client.close()
+            released.upstream.close()
+            for d in (released.up, released.down):
+                if d.pipe is not None:
+                    self.pipes.put(d.pipe, empty=False)
+            self.counters.connections_active -= 1
         for conn in list(self.connections):
             conn.close()
         self.pipes.close()
@@ -194,9 +211,42 @@ class Proxy:
             up.close()
             self.counters.connections_active -= 1
             return
+        if self.relay is not None and not self.toxics and self.counters.native is not None:
+            token = self.relay.adopt(self, client, up, self.counters.native)
+            if token is not None:
+                self.native.add(token)
+                return
         conn = Connection(self, client, up)
         self.connections.add(conn)
         conn.start()
+
+    # ---- the native relay ---------------------------------------------------------------
+    def native_note(self, token: int, kind: int) -> None:
+        """The relay closed a connection, or saw HTTP on it and hands it over."""
+        self.native.discard(token)
+        assert self.relay is not None
+        released = self.relay.release(token)
+        if released is None or kind == NOTE_CLOSED:
+            self.counters.connections_active -= 1
+            return
+        self._adopt(released)
+
+    def _take_back_native(self) -> list[Released]:
+        out = []
+        for token in list(self.native):
+            self.native.discard(token)
+            assert self.relay is not None
+            released = self.relay.release(token)
+            if released is None:
+                self.counters.connections_active -= 1
+            else:
+                out.append(released)
+        return out
+
+    def _adopt(self, released: Released) -> None:
+        conn = Connection(self, released.client, released.upstream)
+        self.connections.add(conn)
+        conn.resume(released, http=released.kind == KIND_HTTP)
 
     def connection_closed(self, conn: Connection) -> None:
         if conn in self.connections:
@@ -228,6 +278,9 @@ class Proxy:
         old.set_result(None)
         for conn in list(self.connections):
             conn.toxics_changed()
+        if self.toxics:  # toxics act in Python: take every natively relayed connection back
+            for released in self._take_back_native():
+                self._adopt(released)
 
     def to_json(self) -> dict[str, JsonValue]:
         return {
@@ -237,6 +290,11 @@ class Proxy:
             "enabled": self.enabled,
             "toxics": [t.to_json() for t in self.toxics],
         }
+
+
+def _native_note(owner: object, token: int, kind: int) -> None:
+    assert isinstance(owner, Proxy)
+    owner.native_note(token, kind)
 
 
 class ProxyServer:
@@ -249,6 +307,7 @@ class ProxyServer:
         self.port = port
         self._initial = proxies
         self.proxies: dict[str, Proxy] = {}
+        self.relay: NativeRelay | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping: asyncio.Event | None = None
@@ -276,6 +335,7 @@ class ProxyServer:
         handler = ApiHandler(self)
         server = await asyncio.start_server(handler.handle, self.host, self.port, limit=1 << 20)
         self.port = int(server.sockets[0].getsockname()[1])
+        self.relay = NativeRelay.start(self._loop, _native_note)
         log.info("faultday proxy API listening on %s", self.api_url)
         try:
             for spec in self._initial:
@@ -291,6 +351,9 @@ class ProxyServer:
             await handler.close()
             for proxy in self.proxies.values():
                 proxy.pipes.close()
+            if self.relay is not None:
+                self.relay.close()
+                self.relay = None
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 2.0)
 
