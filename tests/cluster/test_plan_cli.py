@@ -63,7 +63,20 @@ def test_cli_plan_prints_every_object_without_calling_the_cluster(
     lines = res.output.splitlines()
     assert lines[0].startswith("# dry run: profile local, namespace gameday, mode deploy")
     actions = [ln.split()[0] for ln in lines[1:]]
-    assert actions.count("apply") == 24 and actions.count("delete") == 24 + 1 + 1 + 1
+    # 24 stack objects, 3 fault deletes, and the load: ConfigMap, Service, 2 Jobs (1 worker).
+    assert actions.count("apply") == 24 + 4 and actions.count("delete") == 24 + 1 + 1 + 1 + 4
+    load = [ln for ln in lines if "faultday-load-<id>" in ln]
+    assert [ln.split()[:2] for ln in load][:4] == [
+        ["apply", "ConfigMap"],
+        ["apply", "Service"],
+        ["apply", "Job"],
+        ["apply", "Job"],
+    ]
+    assert "1 worker pod (Indexed)" in load[3]
+    # applied after the stack is up and before the faults; deleted after them, before down
+    assert lines.index(load[3]) < next(i for i, ln in enumerate(lines) if "# fault" in ln)
+    assert lines.index(load[4]) > max(i for i, ln in enumerate(lines) if "# revert" in ln)
+    assert lines.index(load[-1]) < next(i for i, ln in enumerate(lines) if "# down" in ln)
     faults = [ln for ln in lines if "# fault" in ln or "# revert" in ln]
     assert [ln.split()[0] for ln in faults] == [
         "delete",

@@ -93,6 +93,31 @@ class DeploymentState:
         return self.ready >= self.replicas and self.updated >= self.replicas
 
 
+@dataclass(frozen=True, slots=True)
+class JobState:
+    """What a Job's status says: pods active/succeeded/failed, and whether it has ended."""
+
+    name: str
+    completions: int
+    active: int
+    succeeded: int
+    failed: int
+    condition: str  # "Complete", "Failed" or "" while it runs
+    reason: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.condition in ("Complete", "Failed")
+
+    def describe(self) -> str:
+        state = self.condition or "running"
+        why = f" ({self.reason})" if self.reason else ""
+        return (
+            f"{state}{why}: {self.succeeded}/{self.completions} succeeded, "
+            f"{self.failed} failed, {self.active} active"
+        )
+
+
 def kind_supported(api_version: str, kind: str) -> bool:
     return (api_version, kind) in _KINDS
 
@@ -310,6 +335,33 @@ class KubernetesCluster:
             ready=(status.ready_replicas or 0) if status else 0,
             updated=(status.updated_replicas or 0) if status else 0,
             images=tuple(c.image for c in containers or []),
+        )
+
+    def job(self, namespace: str, name: str) -> JobState | None:
+        """The Job's status, or None when it does not exist."""
+        batch = self.api("BatchV1Api")
+        try:
+            j = self._do(
+                f"read job {namespace}/{name}",
+                lambda: batch.read_namespaced_job(name, namespace, _request_timeout=self.timeout),
+            )
+        except ClusterError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        status = j.status
+        condition, reason = "", ""
+        for c in (status.conditions if status else None) or []:
+            if c.type in ("Complete", "Failed") and c.status == "True":
+                condition, reason = c.type, c.reason or ""
+        return JobState(
+            name=name,
+            completions=(j.spec.completions or 1) if j.spec else 1,
+            active=(status.active or 0) if status else 0,
+            succeeded=(status.succeeded or 0) if status else 0,
+            failed=(status.failed or 0) if status else 0,
+            condition=condition,
+            reason=reason,
         )
 
     def service_ports(self, namespace: str, name: str) -> dict[str, int]:

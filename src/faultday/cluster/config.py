@@ -79,6 +79,35 @@ class EndpointMode(StrEnum):
     PORT_FORWARD = "port-forward"  # `kubectl port-forward` per Service, on 127.0.0.1
 
 
+class LoadPlacement(StrEnum):
+    JOBS = "jobs"  # Locust master + N workers as Kubernetes Jobs in the namespace
+    HARNESS = "harness"  # Locust processes beside the harness (as with the process driver)
+
+
+class LoadJobsConfig(_Strict):
+    """Where the scenario's load runs on Kubernetes, and how its pods reach the harness."""
+
+    placement: LoadPlacement = LoadPlacement.JOBS
+    sink_bind: str = Field(
+        default="127.0.0.1",
+        description="address the harness' event socket binds (0.0.0.0 to accept pods)",
+    )
+    sink_port: int = Field(default=0, ge=0, le=65535, description="0 = any free port")
+    sink_advertise: str = Field(
+        default="",
+        description="host or host:port the load pods dial for the event socket; "
+        "default: sink_bind and the bound port",
+    )
+    endpoints: dict[str, str] = Field(
+        default_factory=dict,
+        description="component → URL the load pods use; default the in-cluster Service DNS name",
+    )
+    image: str = Field(default="ghcr.io/faultday/faultday:latest", min_length=1)
+    finish_timeout: Duration = Field(
+        default=60.0, description="after the run, wait this long for the Jobs to complete"
+    )
+
+
 class KubernetesConfig(_Strict):
     """Where a profile runs on Kubernetes, and the blast radius of its faults."""
 
@@ -99,6 +128,9 @@ class KubernetesConfig(_Strict):
     )
     gpu_node_label: str = Field(
         default="nvidia.com/gpu.present=true", description="node_gpu_loss only touches these"
+    )
+    load: LoadJobsConfig = Field(
+        default_factory=LoadJobsConfig, description="distributed load: Locust as Jobs"
     )
 
     def namespaces(self) -> frozenset[str]:

@@ -22,7 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import yaml
@@ -34,6 +34,7 @@ from faultday.cluster.config import (
     DeployMode,
     EndpointMode,
     KubernetesConfig,
+    LoadPlacement,
 )
 from faultday.cluster.guards import BlastRadius
 from faultday.engine.ledger import Ledger, ProcessRecord
@@ -42,6 +43,12 @@ from faultday.injectors.base import Target, TargetKind
 from faultday.plugins import did_you_mean
 from faultday.stack.profile import StackProfile
 from faultday.stack.stack import ComponentInfo, EdgeInfo, StackInfo
+
+if TYPE_CHECKING:
+    from faultday.cluster.load_jobs import KubernetesLoad
+    from faultday.load.runner import LoadOptions
+    from faultday.scenario.models import LoadSpec
+    from faultday.scenario.models import Scenario as ScenarioModel
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +146,7 @@ class KubernetesStack:
             rendered_manifests(profile), namespace=self.namespace, part_of=self.part_of
         )
         self._forwards: dict[tuple[str, int], tuple[subprocess.Popen[bytes], int]] = {}
+        self._load_docs: list[dict[str, Any]] = []  # load Jobs etc. not yet deleted
         self._up = False
 
     # -- what the manifests say -------------------------------------------------------
@@ -196,6 +204,15 @@ class KubernetesStack:
                 out[c] = self.config.endpoint_overrides[c]
             else:
                 out[c] = f"{self._scheme(c)}://{self._address(c, self._service_port(c))}"
+        return out
+
+    def load_endpoints(self) -> dict[str, str]:
+        """component → URL as the load pods see it: Service DNS, or ``load.endpoints``."""
+        out = {
+            c: f"{self._scheme(c)}://{self._dns(c)}:{self._service_port(c)}"
+            for c in self.components()
+        }
+        out.update(self.config.load.endpoints)
         return out
 
     def _proxy_api(self, dst: str) -> str:
@@ -300,15 +317,18 @@ class KubernetesStack:
             log.info("%s ready", c)
 
     def down(self) -> None:
-        """Stop port-forwards; in deploy mode delete what was applied. Idempotent."""
+        """Stop port-forwards; delete load objects left over; in deploy mode delete what was
+        applied. Idempotent."""
         for proc, _ in self._forwards.values():
             self._stop_forward(proc)
         self._forwards.clear()
         self._up = False
+        errors = self._delete_load_leftovers()
         if self.config.mode != DeployMode.DEPLOY:
+            if errors:
+                raise StackError("teardown incomplete: " + "; ".join(errors))
             return
         rank = {k: i for i, k in enumerate(TEARDOWN_ORDER)}
-        errors = []
         for d in sorted(self._docs, key=lambda d: rank.get(str(d["kind"]), len(rank))):
             try:
                 self.cluster.delete(
@@ -321,6 +341,42 @@ class KubernetesStack:
                 errors.append(str(exc))
         if errors:
             raise StackError("teardown incomplete: " + "; ".join(errors))
+
+    # -- distributed load (Locust as Jobs) -------------------------------------------------
+
+    def load_participant(self, spec: LoadSpec, options: LoadOptions) -> KubernetesLoad | None:
+        """The scenario's load as Jobs in the namespace (None: run it beside the harness)."""
+        if self.config.load.placement != LoadPlacement.JOBS:
+            return None
+        from faultday.cluster.load_jobs import KubernetesLoad
+
+        return KubernetesLoad(self, spec, options)
+
+    def track_load(self, docs: list[dict[str, Any]]) -> None:
+        """Load objects about to be applied: ``down`` deletes any the load did not."""
+        self._load_docs += [d for d in docs if d not in self._load_docs]
+
+    def forget_load(self, docs: list[dict[str, Any]]) -> None:
+        self._load_docs = [d for d in self._load_docs if d not in docs]
+
+    def _delete_load_leftovers(self) -> list[str]:
+        errors = []
+        for d in reversed(self._load_docs):
+            try:
+                gone = self.cluster.delete(
+                    api_version=d["apiVersion"],
+                    kind=d["kind"],
+                    namespace=d["metadata"]["namespace"],
+                    name=d["metadata"]["name"],
+                )
+            except ClusterError as exc:
+                errors.append(str(exc))
+                continue
+            if gone:
+                log.warning("deleted leftover load object %s/%s", d["kind"], d["metadata"]["name"])
+        if not errors:
+            self._load_docs = []
+        return errors
 
     def restart(self, component: str, *, timeout: float) -> None:
         """Delete the component's pods; its Deployment makes new ones; wait until ready."""
@@ -458,6 +514,16 @@ class KubernetesStack:
 
     def selector(self, component: str) -> str:
         return self.guard.selector(component)
+
+    def dry_run(self, scenario: ScenarioModel) -> list[str]:
+        """``faultday run --dry-run --driver kubernetes``: every object the run would touch."""
+        from faultday.cluster.plan import plan
+
+        head = (
+            f"# namespace {self.namespace}, mode {self.config.mode}, "
+            f"label {PART_OF_LABEL}={self.part_of}"
+        )
+        return [head, *(str(t) for t in plan(self, scenario=scenario))]
 
 
 def _read_forward_port(proc: subprocess.Popen[bytes], *, timeout: float) -> int | None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from faultday.cluster.chaosmesh import ChaosMeshParams, object_name
 from faultday.cluster.client import ClusterError, KubernetesCluster
+from faultday.cluster.config import LoadPlacement
 from faultday.cluster.kubernetes import KubernetesStack, Touch
+from faultday.cluster.load_jobs import advertised_sink, load_objects
 from faultday.scenario.models import Fault, Scenario
 
 K8S_INJECTORS = frozenset({"pod_delete", "node_gpu_loss", "chaos_mesh"})
@@ -21,9 +23,40 @@ def plan(
     """Driver actions (apply/delete) first, then each fault's objects in schedule order."""
     out = [t for t in stack.plan() if t.why == "up" or not scenario]
     if scenario is not None:
+        load = load_touches(stack, scenario)
+        out += [t for t in load if t.action == "apply"]
         for fault in sorted(scenario.spec.faults, key=lambda f: f.at):
             out += fault_touches(stack, fault, cluster=stack.cluster if live else None)
+        out += [t for t in load if t.action == "delete"]
         out += [t for t in stack.plan() if t.why == "down"]
+    return out
+
+
+def load_touches(stack: KubernetesStack, scenario: Scenario) -> list[Touch]:
+    """The load's Jobs (and their ConfigMap and Service): applied at warm-up, deleted after."""
+    spec = scenario.spec.load
+    settings = stack.config.load
+    if settings.placement != LoadPlacement.JOBS or spec.workload == "none" or spec.users <= 0:
+        return []
+    workers = max(1, spec.workers)
+    # The port is chosen when the socket opens, unless the config fixes it.
+    sink = advertised_sink(settings, settings.sink_port or -1).replace(":-1", ":<port>")
+    objects = load_objects("faultday-load-<id>")
+    ns = stack.namespace
+    notes = [
+        f"load config: master + {workers} worker{'s' if workers > 1 else ''}, events to {sink}",
+        "load: the Locust master's address",
+        "load: Locust master",
+        f"load: {workers} worker pod{'s' if workers > 1 else ''} (Indexed)",
+    ]
+    out = [
+        Touch("apply", kind, ns, name, f"{note}, at warm-up")
+        for (_, kind, name), note in zip(objects, notes, strict=True)
+    ]
+    out += [
+        Touch("delete", kind, ns, name, "load done (also on abort or error)")
+        for _, kind, name in reversed(objects)
+    ]
     return out
 
 

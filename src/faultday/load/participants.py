@@ -2,12 +2,56 @@
 
 from __future__ import annotations
 
-from faultday.engine.participants import Participant
+from typing import Protocol
+
+from faultday.engine.participants import Participant, RunView
 from faultday.load.config import HttpRequestSpec, Workload
 from faultday.load.runner import LoadError, LoadOptions, LocustLoad
+from faultday.load.sink import SinkStats
 from faultday.observe.scrape import MetricsScraper
 from faultday.observe.series import TimeSeriesWriter
 from faultday.scenario.models import LoadSpec, Scenario
+
+
+class LoadHost(Protocol):
+    """A stack driver that runs the load itself (the kubernetes driver: Locust as Jobs)."""
+
+    def load_participant(self, spec: LoadSpec, options: LoadOptions) -> Participant | None:
+        """The participant that runs this load, or None to run it beside the harness."""
+        ...
+
+
+class ScenarioLoad(LocustLoad):
+    """The scenario's load: Locust processes beside the harness, unless the run's stack
+    runs the load itself; then that participant does the whole job."""
+
+    def __init__(self, spec: LoadSpec, options: LoadOptions | None = None) -> None:
+        super().__init__(spec, options)
+        self.delegate: Participant | None = None
+
+    def start(self, run: RunView) -> None:
+        # The stack is known only now (participants are made before it): Run has it,
+        # RunView does not promise it, so look it up the way the scraper does.
+        hook = getattr(getattr(run, "stack", None), "load_participant", None)
+        delegate = hook(self.spec, self.options) if callable(hook) else None
+        if delegate is None:
+            super().start(run)
+            return
+        self.delegate = delegate
+        delegate.start(run)
+
+    def stop(self) -> None:
+        if self.delegate is not None:
+            self.delegate.stop()
+            return
+        super().stop()
+
+    @property
+    def stats(self) -> SinkStats:
+        if self.delegate is not None:
+            got = getattr(self.delegate, "stats", None)
+            return got if isinstance(got, SinkStats) else SinkStats()
+        return super().stats
 
 
 def options_for(spec: LoadSpec) -> LoadOptions:
@@ -37,5 +81,5 @@ def participants_for(scenario: Scenario) -> list[Participant]:
         MetricsScraper(interval=spec.sample_interval),
     ]
     if workload != Workload.NONE and spec.users > 0:
-        out.append(LocustLoad(spec, options_for(spec)))
+        out.append(ScenarioLoad(spec, options_for(spec)))
     return out

@@ -70,6 +70,43 @@ def split_cap(total: int | None, parts: int) -> list[int | None]:
     return [max(1, base + (1 if i < extra else 0)) for i in range(parts)]
 
 
+def check_target(workload: Workload, options: LoadOptions, endpoints: dict[str, str]) -> None:
+    """LoadError unless the component the workload sends to has an endpoint."""
+    target = "agent" if workload != Workload.HTTP else options.http.target
+    if target not in endpoints:
+        known = ", ".join(sorted(endpoints)) or "none"
+        raise LoadError(
+            f"load workload {workload} needs component {target!r}; the stack has {known}"
+        )
+
+
+def base_config(
+    run: RunView,
+    spec: LoadSpec,
+    options: LoadOptions,
+    *,
+    sink: str,
+    base_urls: dict[str, str],
+    t0_wall: float,
+) -> LoadConfig:
+    """The whole load's config (real seconds); workers get a copy with their share of the cap."""
+    scale = run.clock.scale
+    return LoadConfig(
+        workload=Workload(spec.workload),
+        shape=shape_of(spec),
+        sink=sink,
+        base_urls=base_urls,
+        http=options.http,
+        t0_wall=t0_wall,
+        duration=run.scenario.spec.duration * scale,
+        time_scale=scale,
+        max_requests=spec.max_requests,
+        request_timeout=options.request_timeout,
+        task_timeout=options.task_timeout,
+        think_time=options.think_time,
+    )
+
+
 class LocustLoad:
     """Drives a workload through Locust in child processes; streams every request back."""
 
@@ -93,31 +130,18 @@ class LocustLoad:
     def start(self, run: RunView) -> None:
         self._run = run
         endpoints = run.endpoints()
-        target = "agent" if self.workload != Workload.HTTP else self.options.http.target
-        if target not in endpoints:
-            known = ", ".join(sorted(endpoints)) or "none"
-            raise LoadError(
-                f"load workload {self.workload} needs component {target!r}; the stack has {known}"
-            )
-        scale = run.clock.scale
+        check_target(self.workload, self.options, endpoints)
         timebase = TimeBase(run.clock, warmup=run.scenario.spec.warmup)
-        expected_t0 = timebase.expected_t0
         # Records wait in the sink until the engine fixes t=0, so their t is exact.
         self.sink = EventSink(run.observations.add_requests, timebase.exact)
         self.sink.start()
-        base = LoadConfig(
-            workload=self.workload,
-            shape=shape_of(self.spec),
+        base = base_config(
+            run,
+            self.spec,
+            self.options,
             sink=self.sink.address,
             base_urls=endpoints,
-            http=self.options.http,
-            t0_wall=expected_t0,
-            duration=run.scenario.spec.duration * scale,
-            time_scale=scale,
-            max_requests=self.spec.max_requests,
-            request_timeout=self.options.request_timeout,
-            task_timeout=self.options.task_timeout,
-            think_time=self.options.think_time,
+            t0_wall=timebase.expected_t0,
         )
         logs = run.run_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)

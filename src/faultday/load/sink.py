@@ -40,16 +40,21 @@ class EventSink:
 
     ``to_time`` maps a wall-clock start to scenario time; it returns None while
     the run's clock has not started, and events wait in ``pending`` until it has.
+    ``host``/``port`` are where it listens: loopback for local Locust processes;
+    load pods on a cluster need an address they can reach.
     """
 
     def __init__(
         self,
         on_records: Callable[[list[RequestRecord]], None],
         to_time: Callable[[float], float | None],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
     ) -> None:
         self._on_records = on_records
         self._to_time = to_time
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = socket.create_server((host, port))
         self._listener.setblocking(False)
         self._sel = selectors.DefaultSelector()
         self._sel.register(self._listener, selectors.EVENT_READ, None)
@@ -63,6 +68,10 @@ class EventSink:
     def address(self) -> str:
         host, port = self._listener.getsockname()[:2]
         return f"{host}:{port}"
+
+    @property
+    def port(self) -> int:
+        return int(self._listener.getsockname()[1])
 
     def start(self) -> None:
         self._thread.start()

@@ -1,0 +1,307 @@
+"""The scenario's load as Kubernetes Jobs during `faultday run --driver kubernetes`.
+
+No cluster can run here, so the Kubernetes API is a stand-in (kube_standin.py). It is
+honest about Jobs: each pod of an applied Job runs its locust command as a LOCAL PROCESS
+(real Locust, 127.0.0.1, the ConfigMap's data in a folder standing in for /config), so
+requests from the "pods" reach a real HTTP target and stream into the run's event sink.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from kube_standin import KubeStandIn
+from typer.testing import CliRunner
+
+from conftest import NS, PART_OF, REPO
+from faultday.cluster.config import LoadJobsConfig
+from faultday.cluster.load_jobs import RUN_LABEL, advertised_sink, is_loopback, run_id
+from faultday.engine.runner import Run, RunOptions
+from faultday.engine.stacks import default_stack_factory
+from faultday.load.participants import ScenarioLoad, participants_for
+from faultday.load.sink import EventSink
+from faultday.observe.scrape import MetricsScraper
+from faultday.report.journal import Journal, RunVerdict
+from faultday.scenario.loader import load_scenario
+
+OKSERVER = REPO / "tests" / "load" / "data" / "okserver.py"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def ok_server(tmp_path: Path) -> Iterator[str]:
+    """The load's real target: 200 on every GET."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(OKSERVER), str(port), str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=0.5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "okserver did not start"
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.kill()
+        proc.wait(5)
+
+
+def _config(tmp_path: Path, standin: KubeStandIn, target: str, **load: object) -> Path:
+    cfg = {
+        "apiVersion": "faultday/v1",
+        "kind": "KubernetesTarget",
+        "spec": {
+            "namespace": NS,
+            "ready_timeout": "5s",
+            "access": {"host": standin.url, "request_timeout": 5},
+            "endpoint_overrides": {"agent": target},
+            "load": {"endpoints": {"agent": target}, "finish_timeout": "20s", **load},
+        },
+    }
+    path = tmp_path / "k8s.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _scenario(tmp_path: Path, *, duration: str, faults: str = "", workers: int = 2) -> Path:
+    path = tmp_path / "k8s-load.scenario.yaml"
+    path.write_text(
+        "apiVersion: faultday/v1\n"
+        "kind: Scenario\n"
+        "metadata: {name: k8s-load}\n"
+        "spec:\n"
+        "  stack: local\n"
+        f"  duration: {duration}\n"
+        "  warmup: 3s\n"
+        "  load: {workload: http, users: 4, spawn_rate: 50, "
+        f"workers: {workers}, sample_interval: 500ms}}\n" + faults
+    )
+    return path
+
+
+def _run(scenario: Path, config: Path, tmp_path: Path) -> tuple[Run, Journal]:
+    loaded = load_scenario(scenario)
+    parts = [p for p in participants_for(loaded.scenario) if not isinstance(p, MetricsScraper)]
+    run = Run(
+        loaded,
+        RunOptions(
+            base_dir=REPO,
+            run_dir=tmp_path / "run",
+            participants=parts,
+            driver="kubernetes",
+            driver_config=config,
+        ),
+    )
+    return run, run.execute(default_stack_factory)
+
+
+def _load_calls(standin: KubeStandIn) -> list[str]:
+    return [c for c in standin.calls(mutating=True) if "faultday-load-" in c]
+
+
+def _kinds(calls: list[str]) -> list[str]:
+    return [f"{c.split()[0]} {c.rsplit('/', 2)[1]}/{c.rsplit('-', 1)[1]}" for c in calls]
+
+
+def test_requests_from_job_pods_land_in_the_run_time_series(
+    standin: KubeStandIn, ok_server: str, tmp_path: Path
+) -> None:
+    """No cluster can run here; API stand-in whose Job pods are real local Locust processes."""
+    config = _config(tmp_path, standin, ok_server)
+    run, journal = _run(_scenario(tmp_path, duration="4s"), config, tmp_path)
+    assert journal.verdict == RunVerdict.PASSED, (journal.reason, journal.errors)
+
+    # Master + 2 workers ran as "pods", and ended by themselves (exit 0), not by deletion.
+    runs = standin.pod_runs()
+    assert sorted((r.job.rsplit("-", 1)[1], r.index) for r in runs) == [
+        ("master", 0),
+        ("workers", 0),
+        ("workers", 1),
+    ]
+    assert [r.returncode for r in runs] == [0, 0, 0], [r.log.read_text()[-500:] for r in runs]
+
+    # Every request the pods made reached the run's observations through the event sink.
+    load = next(p for p in run.participants if isinstance(p, ScenarioLoad))
+    assert load.delegate is not None and load.procs == []  # nothing ran beside the harness
+    reqs = run.observations.requests
+    assert len(reqs) > 20 and all(r.ok and r.name == "GET /health" for r in reqs)
+    assert load.stats.connections == 2 and load.stats.events == len(reqs)
+    assert max(r.t for r in reqs) < 4.0 + 1.0
+    rows = (run.run_dir / "timeseries.csv").read_text()
+    assert "load_rps" in rows
+
+    # The API calls, in order: stack up, load objects, Job status reads, load deleted, stack down.
+    rid = run_id(run.run_dir.name)
+    load_calls = _load_calls(standin)
+    assert _kinds(load_calls) == [
+        "PATCH configmaps/config",
+        "PATCH services/master",
+        "PATCH jobs/master",
+        "PATCH jobs/workers",
+        "DELETE jobs/workers",
+        "DELETE jobs/master",
+        "DELETE services/master",
+        "DELETE configmaps/config",
+    ]
+    assert all(f"/namespaces/{NS}/" in c and f"faultday-load-{rid}-" in c for c in load_calls)
+    calls = standin.calls()
+    first_load = calls.index(load_calls[0])
+    last_load = calls.index(load_calls[-1])
+    deploy_applies = [
+        i for i, c in enumerate(calls) if c.startswith("PATCH") and "/deployments/" in c
+    ]
+    deploy_deletes = [
+        i for i, c in enumerate(calls) if c.startswith("DELETE") and "/deployments/" in c
+    ]
+    assert max(deploy_applies) < first_load and last_load < min(deploy_deletes)
+    status_reads = [c for c in calls[first_load:last_load] if c.startswith("GET") and "/jobs/" in c]
+    assert status_reads, "the Jobs' status was read before they were deleted"
+
+    # Every load object was labelled as the stack's, and nothing of the load is left.
+    with standin.lock:
+        applied = [c.body for c in standin.state.calls if c.method == "PATCH" and "load" in c.path]
+    assert {b["metadata"]["labels"]["app.kubernetes.io/part-of"] for b in applied} == {PART_OF}
+    assert {b["metadata"]["labels"][RUN_LABEL] for b in applied} == {rid}
+    assert standin.objects("jobs", NS) == {}
+    assert not [n for n in standin.objects("configmaps", NS) if n.startswith("faultday-load")]
+
+    events = {e.kind: e for e in journal.events}
+    assert events["load.started"].data["workers"] == 2
+    jobs = events["load.stopped"].data["jobs"]
+    assert isinstance(jobs, dict) and all(str(v).startswith("Complete") for v in jobs.values())
+
+
+def test_a_run_that_fails_halfway_deletes_the_load_jobs_at_once(
+    standin: KubeStandIn, ok_server: str, tmp_path: Path
+) -> None:
+    """No cluster can run here; API stand-in. A fault fails 1 s in; the run errors; the load
+    Jobs are deleted right away (their pods killed), before the stack comes down."""
+    standin.fail("DELETE", rf"/api/v1/namespaces/{NS}/pods/.*")
+    faults = (
+        "  faults:\n"
+        "    - {name: kill, inject: pod_delete, target: tools, at: 1s, with: {count: 1}}\n"
+    )
+    config = _config(tmp_path, standin, ok_server)
+    began = time.monotonic()
+    _, journal = _run(_scenario(tmp_path, duration="60s", faults=faults), config, tmp_path)
+    assert time.monotonic() - began < 30  # not the 60 s of the scenario, nor a Job timeout
+    assert journal.verdict == RunVerdict.ERROR and "kill" in journal.reason
+    assert _kinds(_load_calls(standin))[-4:] == [
+        "DELETE jobs/workers",
+        "DELETE jobs/master",
+        "DELETE services/master",
+        "DELETE configmaps/config",
+    ]
+    calls = standin.calls()
+    last_load = calls.index(_load_calls(standin)[-1])
+    assert last_load < min(i for i, c in enumerate(calls) if c.startswith("DELETE /apis/apps"))
+    runs = standin.pod_runs()
+    assert len(runs) == 3 and all(r.returncode is not None for r in runs)
+    assert standin.objects("jobs", NS) == {}
+    assert "load.jobs_cancelled" in {e.kind for e in journal.events}
+
+
+def test_a_load_that_cannot_start_deletes_what_it_applied(
+    standin: KubeStandIn, ok_server: str, tmp_path: Path
+) -> None:
+    """No cluster can run here; API stand-in. The workers Job's apply fails: the ConfigMap,
+    Service and master Job already applied are deleted (newest first), the run errors."""
+    standin.fail("PATCH", rf"/apis/batch/v1/namespaces/{NS}/jobs/faultday-load-.*-workers")
+    config = _config(tmp_path, standin, ok_server)
+    _, journal = _run(_scenario(tmp_path, duration="4s"), config, tmp_path)
+    assert journal.verdict == RunVerdict.ERROR
+    assert "could not start the load Jobs" in journal.reason and "500" in journal.reason
+    assert _kinds(_load_calls(standin)) == [
+        "PATCH configmaps/config",
+        "PATCH services/master",
+        "PATCH jobs/master",
+        "PATCH jobs/workers",
+        "DELETE jobs/master",
+        "DELETE services/master",
+        "DELETE configmaps/config",
+    ]
+    assert standin.objects("jobs", NS) == {}
+    assert all(r.returncode is not None for r in standin.pod_runs())
+    # The stack still came down after the failed start.
+    assert standin.objects("deployments", NS) == {}
+
+
+def test_dry_run_lists_the_load_objects(
+    standin: KubeStandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`faultday run --dry-run --driver kubernetes` names the load objects; no API call."""
+    from faultday.cli import app
+
+    monkeypatch.chdir(REPO)
+    config = _config(
+        tmp_path, standin, "http://x", sink_bind="0.0.0.0", sink_advertise="10.0.0.9:7070"
+    )
+    res = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "--dry-run",
+            "--driver",
+            "kubernetes",
+            "--driver-config",
+            str(config),
+            str(_scenario(tmp_path, duration="4s", workers=3)),
+        ],
+        env={"COLUMNS": "250"},
+    )
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.output.splitlines() if "faultday-load-<id>" in ln]
+    assert [ln.split()[:2] for ln in lines] == [
+        ["apply", "ConfigMap"],
+        ["apply", "Service"],
+        ["apply", "Job"],
+        ["apply", "Job"],
+        ["delete", "Job"],
+        ["delete", "Job"],
+        ["delete", "Service"],
+        ["delete", "ConfigMap"],
+    ]
+    assert "events to 10.0.0.9:7070" in lines[0] and "3 worker pods" in lines[3]
+    out = res.output
+    assert out.index("apply          Deployment") < out.index(lines[0])
+    assert out.index(lines[-1]) < out.index("delete         Deployment")
+    assert standin.calls() == []
+
+
+def test_sink_address_settings() -> None:
+    cfg = LoadJobsConfig()
+    assert advertised_sink(cfg, 4242) == "127.0.0.1:4242" and is_loopback("127.0.0.1:4242")
+    cfg = LoadJobsConfig(sink_bind="0.0.0.0", sink_advertise="172.18.0.1")
+    assert advertised_sink(cfg, 4242) == "172.18.0.1:4242" and not is_loopback("172.18.0.1:1")
+    cfg = LoadJobsConfig(sink_advertise="faultday-sink.gameday.svc:7000")
+    assert advertised_sink(cfg, 4242) == "faultday-sink.gameday.svc:7000"
+    assert advertised_sink(LoadJobsConfig(sink_advertise="fd00::5"), 1) == "[fd00::5]:1"
+    # The sink listens where it is told (a fixed port here; pods would need a routable host).
+    port = _free_port()
+    sink = EventSink(lambda _r: None, lambda _w: 0.0, host="127.0.0.1", port=port)
+    try:
+        assert sink.port == port and sink.address == f"127.0.0.1:{port}"
+    finally:
+        sink.stop()
