@@ -242,6 +242,8 @@ def run(
                 make_plan(loaded.scenario, time_scale=time_scale),
                 base_dir=Path.cwd(),
                 scenario_file=loaded.file,
+                driver=driver,
+                driver_config=driver_config,
             )
         )
         return

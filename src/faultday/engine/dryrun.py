@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from rich.console import Group
@@ -20,7 +21,14 @@ def _t(seconds: float, scale: float) -> str:
     return text
 
 
-def render_plan(plan: Plan, *, base_dir: Path, scenario_file: Path) -> Group:
+def render_plan(
+    plan: Plan,
+    *,
+    base_dir: Path,
+    scenario_file: Path,
+    driver: str = "process",
+    driver_config: Path | None = None,
+) -> Group:
     """A printable plan; touches nothing but the stack profile file."""
     sc = plan.scenario
     spec = sc.spec
@@ -69,6 +77,13 @@ def render_plan(plan: Plan, *, base_dir: Path, scenario_file: Path) -> Group:
         params = ", ".join(f"{k}={v}" for k, v in check.params.items()) or "–"
         checks.add_row("abort", check.check, f"any {span}", "0s", "end", params)
     parts.append(checks)
+    parts += _driver_touches(
+        plan,
+        base_dir=base_dir,
+        scenario_file=scenario_file,
+        driver=driver,
+        driver_config=driver_config,
+    )
     parts.append(Text("nothing was started or changed.", style="dim"))
     return Group(*parts)
 
@@ -80,3 +95,32 @@ def _components(stack: str, base_dir: Path) -> list[str]:
         return []
     profile = load_profile(stack, base_dir=base_dir)
     return list(profile.start_order())
+
+
+def _driver_touches(
+    plan: Plan, *, base_dir: Path, scenario_file: Path, driver: str, driver_config: Path | None
+) -> list[Table | Text]:
+    """Objects a driver would change, for drivers that can say (``dry_run(scenario)``)."""
+    if driver == "process":
+        return []
+    from faultday.engine.ledger import Ledger
+    from faultday.engine.stacks import build_stack
+
+    spec = plan.scenario.spec
+    # The driver is only built (no connection is made); its folder is thrown away.
+    with tempfile.TemporaryDirectory(prefix="faultday-dry-") as tmp:
+        stack = build_stack(
+            spec.stack,
+            scenario_file=scenario_file,
+            base_dir=base_dir,
+            run_dir=Path(tmp),
+            ledger=Ledger.in_dir(Path(tmp)),
+            policy=spec.policy,
+            driver=driver,
+            driver_config=driver_config,
+        )
+    dry_run = getattr(stack, "dry_run", None)
+    if dry_run is None:
+        return [Text(f"the {driver} driver cannot list the objects it would touch")]
+    lines = [str(x) for x in dry_run(plan.scenario)]
+    return [Text(f"objects the {driver} driver would touch:", style="bold"), *map(Text, lines)]
