@@ -305,3 +305,16 @@ def test_sink_address_settings() -> None:
         assert sink.port == port and sink.address == f"127.0.0.1:{port}"
     finally:
         sink.stop()
+
+
+def test_a_sink_the_pods_cannot_reach_fails_the_run_with_a_hint(
+    standin: KubeStandIn, ok_server: str, tmp_path: Path
+) -> None:
+    """No cluster can run here; API stand-in. The pods are told a sink address where nothing
+    listens: no request is recorded, and the run says why instead of passing empty."""
+    config = _config(tmp_path, standin, ok_server, sink_advertise=f"127.0.0.1:{_free_port()}")
+    _, journal = _run(_scenario(tmp_path, duration="3s", workers=1), config, tmp_path)
+    assert journal.verdict == RunVerdict.ERROR
+    assert any("no load pod connected to the event socket" in e for e in journal.errors)
+    assert any("load.sink_advertise" in e for e in journal.errors)
+    assert standin.objects("jobs", NS) == {}
