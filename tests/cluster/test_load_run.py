@@ -20,16 +20,27 @@ import yaml
 from kube_standin import KubeStandIn
 from typer.testing import CliRunner
 
-from conftest import NS, PART_OF, REPO
-from faultday.cluster.config import LoadJobsConfig
-from faultday.cluster.load_jobs import RUN_LABEL, advertised_sink, is_loopback, run_id
+from conftest import NS, PART_OF, REPO, k8s_config
+from faultday.cluster.config import DeployMode, LoadJobsConfig
+from faultday.cluster.kubernetes import KubernetesStack
+from faultday.cluster.load_jobs import (
+    RUN_LABEL,
+    advertised_sink,
+    is_loopback,
+    render_load_jobs,
+    run_id,
+)
+from faultday.engine.ledger import Ledger
 from faultday.engine.runner import Run, RunOptions
 from faultday.engine.stacks import default_stack_factory
+from faultday.load.config import LoadConfig, Shape, ShapeSpec, Workload
 from faultday.load.participants import ScenarioLoad, participants_for
+from faultday.load.runner import LoadOptions
 from faultday.load.sink import EventSink
 from faultday.observe.scrape import MetricsScraper
 from faultday.report.journal import Journal, RunVerdict
 from faultday.scenario.loader import load_scenario
+from faultday.stack.profile import load_profile
 
 OKSERVER = REPO / "tests" / "load" / "data" / "okserver.py"
 
@@ -318,3 +329,59 @@ def test_a_sink_the_pods_cannot_reach_fails_the_run_with_a_hint(
     assert any("no load pod connected to the event socket" in e for e in journal.errors)
     assert any("load.sink_advertise" in e for e in journal.errors)
     assert standin.objects("jobs", NS) == {}
+
+
+def test_down_deletes_load_objects_the_load_left_and_harness_placement_runs_locally(
+    standin: KubeStandIn, tmp_path: Path
+) -> None:
+    """No cluster can run here; API stand-in. The stack's down is the last safety net, in
+    attach mode too (where it deletes nothing of the stack)."""
+    standin.state.run_jobs = False
+    profile = load_profile("local", base_dir=REPO)
+    deploy = KubernetesStack(
+        profile, run_dir=tmp_path, ledger=Ledger.in_dir(tmp_path), config=k8s_config(standin)
+    )
+    deploy.up()  # the user's own stack, for the attach run below
+    attach = KubernetesStack(
+        profile,
+        run_dir=tmp_path,
+        ledger=Ledger.in_dir(tmp_path),
+        config=k8s_config(standin, mode=DeployMode.ATTACH),
+    )
+    base = LoadConfig(
+        workload=Workload.HTTP,
+        shape=ShapeSpec(kind=Shape.CONSTANT, users=1, spawn_rate=1),
+        sink="127.0.0.1:1",
+        base_urls=attach.load_endpoints(),
+        t0_wall=0.0,
+        duration=1.0,
+    )
+    assert base.base_urls["agent"] == f"http://agent.{NS}.svc.cluster.local:8080"
+    docs = render_load_jobs(base, workers=1, namespace=NS, part_of=PART_OF, run="abc")
+    attach.track_load(docs)
+    for d in docs[:3]:  # as if the load died after three applies and never cleaned up
+        attach.cluster.apply(d)
+    n = len(standin.calls())
+    attach.down()
+    assert [c.split("/")[-2] for c in standin.calls(mutating=True)[-4:]] == [
+        "jobs",
+        "jobs",
+        "services",
+        "configmaps",
+    ]
+    assert len(standin.calls()) - n == 4
+    assert standin.objects("jobs", NS) == {}
+    assert len(standin.objects("deployments", NS)) == 8  # the attached stack is untouched
+    attach.down()  # nothing left to delete: no call
+    assert len(standin.calls()) - n == 4
+
+    # placement: harness leaves the load to local Locust processes.
+    local = KubernetesStack(
+        profile,
+        run_dir=tmp_path,
+        ledger=Ledger.in_dir(tmp_path),
+        config=k8s_config(standin, load={"placement": "harness"}),
+    )
+    sc = load_scenario(_scenario(tmp_path, duration="4s")).scenario
+    assert local.load_participant(sc.spec.load, LoadOptions()) is None
+    assert attach.load_participant(sc.spec.load, LoadOptions()) is not None
