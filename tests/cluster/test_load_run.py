@@ -262,7 +262,8 @@ def test_a_load_that_cannot_start_deletes_what_it_applied(
 def test_dry_run_lists_the_load_objects(
     standin: KubeStandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`faultday run --dry-run --driver kubernetes` names the load objects; no API call."""
+    """`faultday run --dry-run --driver kubernetes` names the load objects; the API stand-in
+    (no cluster can run here) proves that no call is made."""
     from faultday.cli import app
 
     monkeypatch.chdir(REPO)
