@@ -81,6 +81,7 @@ def build_app(rt: Runtime) -> FastAPI:  # noqa: PLR0915 - every route of the run
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         engine.start()
+        rt.sdks.preload()
         try:
             yield
         finally:
@@ -118,6 +119,10 @@ def build_app(rt: Runtime) -> FastAPI:  # noqa: PLR0915 - every route of the run
             rt.metrics.in_flight.set(gate.in_flight)
             rt.metrics.queue_depth.labels("gateway").set(gate.waiting)
             try:
+                if gated:
+                    # Only in the first seconds after start: the wait must not count
+                    # against a dependency's timeout or breaker, so it happens here.
+                    await rt.sdks.ready()
                 response = await call_next(request)
             finally:
                 if gated:
@@ -141,6 +146,8 @@ def build_app(rt: Runtime) -> FastAPI:  # noqa: PLR0915 - every route of the run
             }
             | ({"llm-canary": rt.res.breaker_state("llm-canary")} if rt.canary else {}),
             "resumed_tasks": engine.resumed,
+            # False for the first second or two: requests that need them wait meanwhile.
+            "client_sdks_loaded": rt.sdks.loaded,
         }
 
     @app.get("/metrics")

@@ -7,17 +7,19 @@ policy in ``resilience.py`` is the only place that decides.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import importlib
 import json
+import logging
+import os
+import threading
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import openai
 import redis.asyncio as aioredis
-from mcp import Client as McpClient
-from mcp.shared.exceptions import MCPError
-from qdrant_client import AsyncQdrantClient
-from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
@@ -26,7 +28,67 @@ from redis.retry import Retry
 
 from faultday.stack.services.agent.resilience import Permanent, Retryable
 
+if TYPE_CHECKING:
+    import openai
+    from qdrant_client import AsyncQdrantClient
+
+log = logging.getLogger(__name__)
+
 MCP_PROTOCOL = "2026-07-28"  # pinned: no discovery round-trip per call
+
+# The SDKs of the LLM, Qdrant and MCP clients build hundreds of pydantic models at
+# import (~2 s of CPU together, most of the runtime's start). /health needs none of
+# them, so they are imported after the runtime serves (``Sdks.preload``), or by the
+# first request that needs them, whichever comes first.
+SDK_MODULES = ("openai", "qdrant_client", "mcp")
+PRELOAD_NICE = 10
+
+
+class Sdks:
+    """Imports the client SDKs once, in a worker thread, never two imports at a time.
+
+    One lock for both the preload and the requests: two threads importing the same
+    packages at once can hit Python's import deadlock detection (``_DeadlockError``).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loaded = threading.Event()
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded.is_set()
+
+    def load(self) -> None:
+        with self._lock:
+            if self._loaded.is_set():
+                return
+            t0 = time.monotonic()
+            for name in SDK_MODULES:
+                importlib.import_module(name)
+            self._loaded.set()
+            log.info("client SDKs imported in %.2fs", time.monotonic() - t0)
+
+    def preload(self) -> threading.Thread:
+        """Start importing them in the background (a daemon thread: never holds up exit)."""
+        t = threading.Thread(target=self._preload, name="sdk-preload", daemon=True)
+        t.start()
+        return t
+
+    def _preload(self) -> None:
+        # Linux: a thread's own nice value. The rest of the stack may still be starting
+        # on the same cores; this import must not slow them, only fill their idle time.
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PRELOAD_NICE)
+        try:
+            self.load()
+        except Exception:  # the first request that needs them raises it again, to its caller
+            log.exception("importing the client SDKs failed")
+
+    async def ready(self) -> None:
+        """Wait for the SDKs without blocking the event loop (instant once loaded)."""
+        if not self._loaded.is_set():
+            await asyncio.to_thread(self.load)
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -63,12 +125,24 @@ class LlmReply:
 class Llm:
     """An OpenAI-compatible endpoint (vLLM or the simulator)."""
 
-    def __init__(self, base_url: str, model: str, *, max_tokens: int) -> None:
+    def __init__(
+        self, base_url: str, model: str, *, max_tokens: int, sdks: Sdks | None = None
+    ) -> None:
         self.model = model
         self.max_tokens = max_tokens
-        self.client = openai.AsyncOpenAI(
-            base_url=base_url.rstrip("/") + "/v1", api_key="faultday", max_retries=0
-        )
+        self.base_url = base_url.rstrip("/") + "/v1"
+        self.sdks = sdks or Sdks()
+        self._client: openai.AsyncOpenAI | None = None
+
+    async def client(self) -> openai.AsyncOpenAI:
+        if self._client is None:
+            await self.sdks.ready()
+            import openai  # lazy: see SDK_MODULES (already imported here)
+
+            self._client = openai.AsyncOpenAI(
+                base_url=self.base_url, api_key="faultday", max_retries=0
+            )
+        return self._client
 
     async def chat(
         self,
@@ -77,9 +151,12 @@ class Llm:
         timeout: float,
         tools: list[dict[str, Any]] | None = None,
     ) -> LlmReply:
+        client = await self.client()
+        import openai  # lazy: see SDK_MODULES (already imported by client())
+
         try:
             kwargs: dict[str, Any] = {"tools": tools} if tools else {}
-            resp = await self.client.chat.completions.create(
+            resp = await client.chat.completions.create(
                 model=self.model,
                 messages=messages,  # type: ignore[arg-type]
                 max_tokens=self.max_tokens,
@@ -119,7 +196,8 @@ class Llm:
         )
 
     async def close(self) -> None:
-        await self.client.close()
+        if self._client is not None:
+            await self._client.close()
 
 
 class Embedder:
@@ -165,16 +243,34 @@ class Hit:
 class Vector:
     """A Qdrant REST endpoint (the real server, or faultday's front over qdrant-edge)."""
 
-    def __init__(self, base_url: str, *, collection: str, top_k: int) -> None:
+    def __init__(
+        self, base_url: str, *, collection: str, top_k: int, sdks: Sdks | None = None
+    ) -> None:
         self.collection = collection
         self.top_k = top_k
-        self.client = AsyncQdrantClient(
-            url=base_url, prefer_grpc=False, timeout=30, check_compatibility=False
-        )
+        self.base_url = base_url
+        self.sdks = sdks or Sdks()
+        self._client: AsyncQdrantClient | None = None
+
+    async def client(self) -> AsyncQdrantClient:
+        if self._client is None:
+            await self.sdks.ready()
+            from qdrant_client import AsyncQdrantClient  # lazy: see SDK_MODULES
+
+            self._client = AsyncQdrantClient(
+                url=self.base_url, prefer_grpc=False, timeout=30, check_compatibility=False
+            )
+        return self._client
 
     async def search(self, vector: list[float], *, timeout: float) -> list[Hit]:
+        client = await self.client()
+        from qdrant_client.http.exceptions import (  # lazy: see SDK_MODULES
+            ResponseHandlingException,
+            UnexpectedResponse,
+        )
+
         try:
-            res = await self.client.query_points(
+            res = await client.query_points(
                 self.collection,
                 query=vector,
                 limit=self.top_k,
@@ -193,7 +289,8 @@ class Vector:
         return hits
 
     async def close(self) -> None:
-        await self.client.close()
+        if self._client is not None:
+            await self._client.close()
 
 
 class Store:
@@ -236,11 +333,15 @@ class ToolResult:
 class Tools:
     """The MCP tool server over streamable HTTP; one short session per call."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, sdks: Sdks | None = None) -> None:
         self.url = url.rstrip("/") + "/mcp" if not url.rstrip("/").endswith("/mcp") else url
+        self.sdks = sdks or Sdks()
 
     async def schemas(self, *, timeout: float) -> dict[str, dict[str, Any]]:
         """Each tool's JSON Schema, as the server lists it."""
+        await self.sdks.ready()
+        from mcp import Client as McpClient  # lazy: see SDK_MODULES
+
         try:
             async with McpClient(self.url, mode=MCP_PROTOCOL, read_timeout_seconds=timeout) as c:
                 listed = await c.list_tools()
@@ -251,6 +352,10 @@ class Tools:
     async def call(
         self, name: str, args: dict[str, Any], *, timeout: float, meta: dict[str, str]
     ) -> ToolResult:
+        await self.sdks.ready()
+        from mcp import Client as McpClient  # lazy: see SDK_MODULES
+        from mcp.shared.exceptions import MCPError
+
         try:
             async with McpClient(self.url, mode=MCP_PROTOCOL, read_timeout_seconds=timeout) as c:
                 res = await c.call_tool(name, args, meta=meta)  # type: ignore[arg-type]

@@ -14,7 +14,16 @@ from faultday.errors import UsageError
 from faultday.stack.services.agent.audit import AuditLog
 from faultday.stack.services.agent.canary import CanarySplit
 from faultday.stack.services.agent.config import AgentConfig, Policy
-from faultday.stack.services.agent.deps import Embedder, Hit, Llm, LlmReply, Store, Tools, Vector
+from faultday.stack.services.agent.deps import (
+    Embedder,
+    Hit,
+    Llm,
+    LlmReply,
+    Sdks,
+    Store,
+    Tools,
+    Vector,
+)
 from faultday.stack.services.agent.obs import Metrics, make_tracer_provider
 from faultday.stack.services.agent.resilience import Deadline, DependencyError, Resilience
 
@@ -74,9 +83,14 @@ class Runtime:
         self.tracer_provider = make_tracer_provider(service="faultday-agent", jsonl=traces)
         self.tracer: Tracer = self.tracer_provider.get_tracer("faultday.agent")
         self.res = Resilience(policy, self.metrics, self.tracer)
+        self.sdks = Sdks()  # shared by the clients; the app preloads it once it serves
         m = cfg.models
-        self.llm_primary = Llm(endpoints.llm_primary, m.primary, max_tokens=m.max_tokens)
-        self.llm_backup = Llm(endpoints.llm_backup, m.backup, max_tokens=m.max_tokens)
+        self.llm_primary = Llm(
+            endpoints.llm_primary, m.primary, max_tokens=m.max_tokens, sdks=self.sdks
+        )
+        self.llm_backup = Llm(
+            endpoints.llm_backup, m.backup, max_tokens=m.max_tokens, sdks=self.sdks
+        )
         self.canary: CanarySplit | None = None
         self.llm_canary: Llm | None = None
         if m.canary is not None and endpoints.llm_canary:
@@ -85,6 +99,7 @@ class Runtime:
                 endpoints.llm_canary,
                 m.canary.model,
                 max_tokens=m.canary.max_tokens or m.max_tokens,
+                sdks=self.sdks,
             )
             self.metrics.breaker_state.labels("llm-canary").set(0)
         elif m.canary is not None and m.canary.share > 0:
@@ -95,10 +110,13 @@ class Runtime:
             endpoints.embedder, model=e.model, input_name=e.input_name, output_name=e.output_name
         )
         self.vector = Vector(
-            endpoints.qdrant, collection=cfg.vector.collection, top_k=cfg.vector.top_k
+            endpoints.qdrant,
+            collection=cfg.vector.collection,
+            top_k=cfg.vector.top_k,
+            sdks=self.sdks,
         )
         self.store = Store(endpoints.redis, timeout=policy.timeouts.redis)
-        self.tools = Tools(endpoints.tools)
+        self.tools = Tools(endpoints.tools, sdks=self.sdks)
         self.audit = AuditLog(audit, self.store, secret_keys=cfg.secret_keys)
 
     async def close(self) -> None:

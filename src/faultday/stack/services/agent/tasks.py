@@ -224,6 +224,8 @@ class TaskEngine:
 
     # -- workers -----------------------------------------------------------------------
     async def _worker(self, n: int) -> None:
+        # A task's first call must not spend its timeout importing the client SDKs.
+        await self.rt.sdks.ready()
         delay = POLL_S
         while not self._stopping.is_set():
             try:
