@@ -214,6 +214,8 @@ class Stack:
                 else self.profile.ctype(component).stop_grace
             ),
             term_group=self.profile.ctype(component).term_group,
+            orphan_grace=self.profile.ctype(component).orphan_grace,
+            shm_segments=self.profile.ctype(component).shm_segments,
         )
 
     # -- lifecycle --------------------------------------------------------------------

@@ -26,12 +26,14 @@ import psutil
 
 from faultday.engine.ledger import Ledger, ProcessRecord
 from faultday.errors import StackError
+from faultday.stack import shm
 from faultday.stack.components import ProbeKind
 from faultday.stack.profile import ProbeSpec, RestartPolicy, RestartSpec
 
 log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
+PROC = Path("/proc")
 LOG_TAIL_LINES = 20
 MONITOR_INTERVAL = 0.1
 # A process that stayed up this long has recovered; its backoff starts over.
@@ -59,6 +61,8 @@ class Launch:
     restart: RestartSpec
     stop_grace: float
     term_group: bool = True  # SIGTERM to the whole group, or to the main process only
+    orphan_grace: float | None = None  # helpers left after the main process: then SIGKILL
+    shm_segments: bool = False  # remove its PyTriton /dev/shm segments once it is gone
 
 
 def free_port(host: str = HOST) -> int:
@@ -124,6 +128,25 @@ def probe_once(probe: ProbeSpec, *, host: str, port: int, timeout: float = 1.0) 
         return False
 
 
+def group_pids(pgid: int) -> list[int]:
+    """Processes of a process group that are still running (zombies left out)."""
+    pids = []
+    try:
+        entries = [e.name for e in PROC.iterdir() if e.name.isdigit()]
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            stat = (PROC / entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+        state, _ppid, pgrp, *_ = stat.rpartition(")")[2].split()
+        if pgrp == str(pgid) and state != "Z":
+            pids.append(int(entry))
+    return pids
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -131,7 +154,10 @@ def _group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    # A zombie stays in its group until its parent reaps it. An orphaned helper's new
+    # parent (init; a VM's init here) may take a second or more to do that: the group
+    # is gone for us once only zombies are left.
+    return bool(group_pids(pgid))
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -152,6 +178,7 @@ class Managed:
         self.started_at = 0.0
         self.next_restart_at = 0.0
         self.last_exit: int | None = None
+        self.segments: set[str] = set()  # shared memory seen held by its group at stop
 
     @property
     def pid(self) -> int | None:
@@ -173,6 +200,8 @@ class Supervisor:
         self._on_event = on_event
         self._stop_monitor = threading.Event()
         self._monitor: threading.Thread | None = None
+        # Groups killed by the monitor whose segments are removed once they are gone.
+        self._dead_groups: list[tuple[int, set[str]]] = []
 
     # -- starting ---------------------------------------------------------------
 
@@ -261,6 +290,10 @@ class Supervisor:
             for m in victims:
                 m.state = ProcState.STOPPED  # first, so the monitor does not restart it
             for m in victims:
+                if m.record is not None and m.launch.shm_segments:
+                    # Seen now, while alive: a SIGKILL below would leave them behind.
+                    m.segments = shm.held_segments(group_pids(m.record.pgid))
+            for m in victims:
                 if m.record is not None:
                     if m.launch.term_group:
                         _signal_group(m.record.pgid, signal.SIGTERM)
@@ -277,12 +310,17 @@ class Supervisor:
         if m.popen is None or m.record is None:
             return
         pgid = m.record.pgid
+        if m.launch.orphan_grace is not None:
+            deadline = self._wait_leader(m.popen, deadline, m.launch.orphan_grace)
         while time.monotonic() < deadline:
             if m.popen.poll() is not None and not _group_alive(pgid):
                 break
             time.sleep(0.02)
         else:
-            log.warning("%s did not stop in time; SIGKILL", m.launch.component)
+            if m.popen.poll() is None or m.launch.orphan_grace is None:
+                log.warning("%s did not stop in time; SIGKILL", m.launch.component)
+            else:  # expected: helpers that outlive an orderly stop of their parent
+                log.debug("%s: helpers outlived the main process; SIGKILL", m.launch.component)
             _signal_group(pgid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 m.popen.wait(timeout=5.0)
@@ -290,8 +328,20 @@ class Supervisor:
             while _group_alive(pgid) and time.monotonic() < kill_deadline:
                 time.sleep(0.02)
         m.last_exit = m.popen.poll()
+        if m.launch.shm_segments:
+            shm.remove_orphaned(m.segments | shm.leader_segments(m.record.pid))
+            m.segments = set()
         self.ledger.process_stopped(m.record.pid)
         self._event(m.launch.component, f"stopped pid={m.record.pid}")
+
+    @staticmethod
+    def _wait_leader(popen: subprocess.Popen[bytes], deadline: float, grace: float) -> float:
+        """Wait for the main process alone; its stragglers then get only ``grace``."""
+        while time.monotonic() < deadline and popen.poll() is None:
+            time.sleep(0.02)
+        if popen.poll() is None:
+            return deadline
+        return min(deadline, time.monotonic() + grace)
 
     def stop_all(self, *, grace: float | None = None) -> None:
         self._stop_monitor.set()
@@ -301,6 +351,21 @@ class Supervisor:
         if self._monitor is not None and self._monitor is not threading.current_thread():
             self._monitor.join(timeout=2.0)
         self._monitor = None
+        self._sweep_dead_groups(wait=2.0)
+
+    def _sweep_dead_groups(self, *, wait: float = 0.0) -> None:
+        """Remove the segments of groups the monitor killed, once those groups are gone."""
+        deadline = time.monotonic() + wait
+        with self._lock:
+            while True:
+                alive = [(g, names) for g, names in self._dead_groups if _group_alive(g)]
+                for g, names in self._dead_groups:
+                    if (g, names) not in alive:
+                        shm.remove_orphaned(names)
+                self._dead_groups = alive
+                if not alive or time.monotonic() >= deadline:
+                    return
+                time.sleep(0.02)
 
     # -- pause / resume / kill --------------------------------------------------
 
@@ -372,6 +437,8 @@ class Supervisor:
             with self._lock:
                 for m in list(self._procs.values()):
                     self._check(m)
+                if self._dead_groups:
+                    self._sweep_dead_groups()
 
     def _check(self, m: Managed) -> None:
         now = time.monotonic()
@@ -389,6 +456,9 @@ class Supervisor:
         assert m.record is not None
         # The leader is gone; do not leave its helpers behind before respawning.
         _signal_group(m.record.pgid, signal.SIGKILL)
+        if m.launch.shm_segments:
+            # Killed, not stopped: only its leader-named region is known by now.
+            self._dead_groups.append((m.record.pgid, shm.leader_segments(m.record.pid)))
         self.ledger.process_stopped(m.record.pid)
         m.last_exit = code
         self._event(m.launch.component, f"exited code={code}")
@@ -445,6 +515,7 @@ def stop_recorded_processes(ledger: Ledger, *, grace: float = 3.0) -> list[str]:
     """
     messages: list[str] = []
     todo: list[ProcessRecord] = []
+    segments: dict[int, set[str]] = {}
     for rec in ledger.outstanding_processes():
         try:
             p = psutil.Process(rec.pid)
@@ -463,10 +534,12 @@ def stop_recorded_processes(ledger: Ledger, *, grace: float = 3.0) -> list[str]:
             continue
         if same is None and not _group_alive(rec.pgid):
             messages.append(f"{rec.component} pid={rec.pid}: already gone")
+            messages.extend(_removed_segments(rec, shm.leader_segments(rec.pid)))
             ledger.process_stopped(rec.pid)
             continue
         # Leader alive (verified), or leader gone with helpers left in its group: the
         # kernel never hands out a PID that is still in use as a process-group id.
+        segments[rec.pid] = shm.held_segments(group_pids(rec.pgid))
         _signal_group(rec.pgid, signal.SIGTERM)
         _signal_group(rec.pgid, signal.SIGCONT)
         todo.append(rec)
@@ -483,9 +556,19 @@ def stop_recorded_processes(ledger: Ledger, *, grace: float = 3.0) -> list[str]:
             while _group_alive(rec.pgid) and time.monotonic() < kill_deadline:
                 _reap_child(rec.pid)
                 time.sleep(0.02)
-        ledger.process_stopped(rec.pid)
         messages.append(f"{rec.component} pid={rec.pid}: {how}")
+        messages.extend(
+            _removed_segments(rec, segments.get(rec.pid, set()) | shm.leader_segments(rec.pid))
+        )
+        ledger.process_stopped(rec.pid)
     return messages
+
+
+def _removed_segments(rec: ProcessRecord, names: set[str]) -> list[str]:
+    removed = shm.remove_orphaned(names)
+    if not removed:
+        return []
+    return [f"{rec.component} pid={rec.pid}: removed /dev/shm/{', '.join(removed)}"]
 
 
 def _reap_child(pid: int) -> None:

@@ -47,6 +47,12 @@ class ComponentType:
     # order (PyTriton); the whole group still gets SIGKILL after the grace period.
     term_group: bool = True
     stop_grace: float = 3.0  # SIGTERM → SIGKILL; a profile may override it
+    # Once the main process has exited, helpers still in its group get this long
+    # before SIGKILL (None: they share stop_grace). PyTriton's Python backend stub
+    # lingers ~1.5 s after an orderly stop, polling for its dead parent.
+    orphan_grace: float | None = None
+    # Leaves PyTriton shared-memory segments in /dev/shm when killed (see stack/shm.py).
+    shm_segments: bool = False
 
 
 def _py(module: str, *extra: str) -> tuple[str, ...]:
@@ -101,8 +107,11 @@ _TYPES: tuple[ComponentType, ...] = (
         image="nvcr.io/nvidia/tritonserver:24.08-py3",
         module="faultday.stack.services.embedder",
         term_group=False,
-        # A SIGKILLed PyTriton leaves ~400 MB of /dev/shm segments behind; give it time.
+        # PyTriton stops in order in ~1 s; a SIGKILL leaves its /dev/shm segments
+        # (the supervisor removes them), so give it time.
         stop_grace=8.0,
+        orphan_grace=0.2,
+        shm_segments=True,
     ),
     ComponentType(
         name="qdrant",

@@ -1,0 +1,112 @@
+"""PyTriton's POSIX shared-memory segments: find the ones a run's processes hold, remove leftovers.
+
+An orderly PyTriton stop unlinks its segments; a SIGKILL (an escalated stop, a
+process_kill fault, ``faultday recover`` after a crash) leaves them in /dev/shm,
+hundreds of MB each on paper. Two kinds, both recognisable by name:
+
+* ``pytrtion<pid>-…`` (sic): the Python backend's region, named after the PyTriton
+  process that started tritonserver, so the component's leader PID names it;
+* ``psm_<hex>``: ``multiprocessing.shared_memory`` blocks of PyTriton's TensorStore
+  (only with ``--tensor-store``); anonymous, so they must be seen mapped by the run's
+  processes before those die.
+
+A segment is removed only when it belongs to the run (its leader's name, or seen
+mapped by the run's processes) *and* no live process maps it any more; another
+program's segments are never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SHM_DIR = Path("/dev/shm")  # noqa: S108 - the POSIX shared-memory mount, not a temp file
+PROC = Path("/proc")
+_NAME = re.compile(r"^(?:psm_[0-9a-f]+|pytrtion\d+-[0-9a-f-]+)$")
+
+
+def is_pytriton_segment(name: str) -> bool:
+    return bool(_NAME.match(name))
+
+
+def held_segments(pids: Iterable[int], *, proc: Path = PROC) -> set[str]:
+    """Names of PyTriton segments in /dev/shm that these processes map or hold open."""
+    names: set[str] = set()
+    for pid in pids:
+        names |= _mapped(pid, proc=proc)
+        with contextlib.suppress(OSError):
+            for fd in (proc / str(pid) / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    names |= _names_in([os.readlink(fd)])
+    return names
+
+
+def leader_segments(pid: int, *, shm_dir: Path = SHM_DIR) -> set[str]:
+    """The Python backend regions of the PyTriton process ``pid`` still in /dev/shm."""
+    prefix = f"pytrtion{pid}-"
+    try:
+        return {
+            p.name
+            for p in shm_dir.iterdir()
+            if p.name.startswith(prefix) and is_pytriton_segment(p.name)
+        }
+    except OSError:
+        return set()
+
+
+def remove_orphaned(
+    names: Iterable[str], *, shm_dir: Path = SHM_DIR, proc: Path = PROC
+) -> list[str]:
+    """Unlink each named segment that still exists and that no live process maps."""
+    todo = {n for n in names if is_pytriton_segment(n) and (shm_dir / n).exists()}
+    if not todo:
+        return []
+    in_use: set[str] = set()
+    for pid in _proc_pids(proc):
+        in_use |= _mapped(pid, proc=proc) & todo
+    removed = []
+    for name in sorted(todo - in_use):
+        try:
+            (shm_dir / name).unlink()
+        except FileNotFoundError:
+            continue  # its owner finished its own clean-up meanwhile
+        except OSError as exc:
+            log.warning("cannot remove %s/%s: %s", shm_dir, name, exc)
+            continue
+        removed.append(name)
+    if removed:
+        log.info("removed %d shared-memory segments left by killed processes", len(removed))
+    return removed
+
+
+def _proc_pids(proc: Path) -> list[int]:
+    try:
+        return [int(e.name) for e in proc.iterdir() if e.name.isdigit()]
+    except OSError:
+        return []
+
+
+def _mapped(pid: int, *, proc: Path) -> set[str]:
+    try:
+        lines = (proc / str(pid) / "maps").read_text().splitlines()
+    except OSError:  # gone, or not ours to read
+        return set()
+    # The path is the 6th field; it is absent for anonymous mappings.
+    return _names_in(parts[5] for ln in lines if len(parts := ln.split(maxsplit=5)) == 6)
+
+
+def _names_in(paths: Iterable[str]) -> set[str]:
+    out = set()
+    prefix = f"{SHM_DIR}/"
+    for path in paths:
+        if path.startswith(prefix):
+            name = path[len(prefix) :].removesuffix(" (deleted)")
+            if is_pytriton_segment(name):
+                out.add(name)
+    return out
