@@ -221,7 +221,7 @@ class ApiHandler:
         if spec.name in self.server.proxies:
             raise ApiError(409, "proxy already exists")
         try:
-            proxy = Proxy(self.server.loop, spec, self.server.relay)
+            proxy = Proxy(self.server.loop, spec, self.server.relay, self.server.native_id())
         except ValueError as exc:
             raise ApiError(400, str(exc)) from exc
         if spec.enabled:

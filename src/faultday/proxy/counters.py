@@ -62,8 +62,10 @@ class LiveCounters:
     http_responses: dict[int, int] = field(default_factory=dict)
     toxic_actions: dict[str, int] = field(default_factory=dict)
     upstream_failures: int = 0
-    # Bytes moved by the native relay (received up, sent up, received down, sent
-    # down); only its thread writes them, aligned 64-bit reads are never torn.
+    # The native relay's: bytes received up, sent up, received down, sent down, and
+    # connections it closed. Only its thread writes them; aligned 64-bit reads are
+    # never torn. ``connections_active`` counts every accepted connection until Python
+    # closes it, so the ones the relay closed are taken off at snapshot time.
     native: ctypes.Array[ctypes.c_uint64] | None = None
 
     def response(self, status: int) -> None:
@@ -75,11 +77,11 @@ class LiveCounters:
     def snapshot(self, proxy: str) -> ProxyCounters:
         # Readers in other threads: ints and dict copies are atomic under the GIL,
         # so a snapshot is consistent per field without locking the hot path.
-        n = tuple(self.native) if self.native is not None else (0, 0, 0, 0)
+        n = tuple(self.native) if self.native is not None else (0, 0, 0, 0, 0)
         return ProxyCounters(
             proxy=proxy,
             connections_total=self.connections_total,
-            connections_active=self.connections_active,
+            connections_active=self.connections_active - n[4],
             bytes_received_upstream=self.received[0] + n[0],
             bytes_sent_upstream=self.sent[0] + n[1],
             bytes_received_downstream=self.received[1] + n[2],

@@ -9,14 +9,14 @@
  * so this file does exactly that and nothing more.
  *
  * One thread per relay, one epoll set. Python (faultday/proxy/native.py)
- * adopts a connected socket pair (fr_adopt) and gets it back (fr_release)
- * when a toxic must act on it or when its first bytes are an HTTP request
- * (HTTP edges are framed and counted in Python). Every adopted connection is
- * ended by exactly one fr_release, which either hands the sockets, pipes and
- * per-direction state back, or reports that the relay already closed them.
- * The relay tells Python about closed and HTTP connections through a pipe of
- * fixed-size notes. Byte counters are a per-proxy uint64[4] array that only
- * this thread writes (received up, sent up, received down, sent down).
+ * adopts a connected socket pair for one proxy (fr_adopt, with the proxy's
+ * owner id) and takes all of that proxy's connections back (fr_take) when a
+ * toxic must act on them. A connection whose first bytes are an HTTP request
+ * (HTTP edges are framed and counted in Python) is set aside, and a note on a
+ * pipe wakes Python to take it (fr_take_handoffs). A connection that ends
+ * here is closed and freed here: Python hears nothing per connection.
+ * Counters are a per-proxy uint64[5] array that only this thread writes:
+ * bytes received up, sent up, received down, sent down; connections closed.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -31,7 +31,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define FR_ABI 1
+#define FR_ABI 2
 #define PIPE_SIZE (1 << 20)
 #define POOL_MAX 128
 #define MAX_EVENTS 256
@@ -40,7 +40,8 @@
 enum { UP = 0, DOWN = 1 };
 enum { KIND_UNKNOWN = 0, KIND_TCP = 1, KIND_HTTP = 2 };
 enum { LIVE = 0, HANDOFF = 1, DEAD = 2, RELEASED = 3 };
-enum { NOTE_CLOSED = 1, NOTE_HTTP = 2 };
+enum { NOTE_HTTP = 2 };
+enum { C_CLOSED = 4 }; /* counters[4]: connections closed here */
 
 struct fr_conn;
 
@@ -58,7 +59,8 @@ struct fr_dir {
 };
 
 struct fr_conn {
-    uint64_t token;
+    int owner;
+    struct fr_conn *prev, *next; /* the connections this relay holds */
     int fd[2];
     int registered[2];
     uint32_t interest[2];
@@ -71,9 +73,8 @@ struct fr_conn {
 };
 
 struct fr_note {
-    uint64_t token;
     uint32_t kind;
-    uint32_t pad;
+    int32_t owner;
 };
 
 /* What fr_release hands back; mirrored by a ctypes Structure in native.py. */
@@ -85,7 +86,7 @@ struct fr_state {
     int32_t eof[2];
     int32_t done[2];
     int32_t kind;
-    int32_t pad;
+    int32_t owner;
 };
 
 struct fr_relay {
@@ -97,6 +98,7 @@ struct fr_relay {
     int pool[POOL_MAX][2];
     int pooled;
     struct fr_conn *zombies;
+    struct fr_conn *conns;
     struct fr_note notes[MAX_EVENTS];
     int nnotes;
 };
@@ -138,9 +140,8 @@ static void pipe_put(struct fr_relay *r, struct fr_dir *d) {
 static void note(struct fr_relay *r, struct fr_conn *c, uint32_t kind) {
     /* A connection leaves LIVE once, so a batch of n events makes at most n notes. */
     if (r->nnotes < MAX_EVENTS) {
-        r->notes[r->nnotes].token = c->token;
         r->notes[r->nnotes].kind = kind;
-        r->notes[r->nnotes].pad = 0;
+        r->notes[r->nnotes].owner = c->owner;
         r->nnotes++;
     }
 }
@@ -154,6 +155,20 @@ static void unregister(struct fr_relay *r, struct fr_conn *c) {
     }
 }
 
+static void unlink_conn(struct fr_relay *r, struct fr_conn *c, int state) {
+    /* Off the list; freed once the thread's current batch (which may name it) is done. */
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        r->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+    c->state = state;
+    c->next_zombie = r->zombies;
+    r->zombies = c;
+}
+
 static void close_conn(struct fr_relay *r, struct fr_conn *c) {
     unregister(r, c);
     for (int s = 0; s < 2; s++) {
@@ -161,8 +176,8 @@ static void close_conn(struct fr_relay *r, struct fr_conn *c) {
         c->fd[s] = -1;
         pipe_put(r, &c->dir[s]);
     }
-    c->state = DEAD;
-    note(r, c, NOTE_CLOSED);
+    c->counters[C_CLOSED] += 1;
+    unlink_conn(r, c, DEAD);
 }
 
 static void update_interest(struct fr_relay *r, struct fr_conn *c, uint32_t hup_seen) {
@@ -383,13 +398,12 @@ fail:
     return NULL;
 }
 
-/* Take over a connected, non-blocking socket pair; *out receives the handle. */
-int fr_adopt(struct fr_relay *r, int client, int upstream, uint64_t *counters, uint64_t token,
-             struct fr_conn **out) {
+/* Take over a connected, non-blocking socket pair of proxy `owner`: 0, or -1 (errno). */
+int fr_adopt(struct fr_relay *r, int client, int upstream, uint64_t *counters, int owner) {
     struct fr_conn *c = calloc(1, sizeof *c);
     if (!c)
         return -1;
-    c->token = token;
+    c->owner = owner;
     c->fd[0] = client;
     c->fd[1] = upstream;
     c->counters = counters;
@@ -416,20 +430,15 @@ int fr_adopt(struct fr_relay *r, int client, int upstream, uint64_t *counters, u
         c->registered[s] = 1;
         c->interest[s] = EPOLLIN;
     }
+    c->next = r->conns;
+    if (r->conns)
+        r->conns->prev = c;
+    r->conns = c;
     pthread_mutex_unlock(&r->lock);
-    *out = c;
     return 0;
 }
 
-/* End Python's hold on c: 1 = here is its state (the sockets and pipes are
- * Python's now), 0 = the relay had already closed it. c is invalid after. */
-int fr_release(struct fr_relay *r, struct fr_conn *c, struct fr_state *st) {
-    pthread_mutex_lock(&r->lock);
-    if (c->state == DEAD) {
-        pthread_mutex_unlock(&r->lock);
-        free(c); /* its sockets were closed before this batch: no event can name it */
-        return 0;
-    }
+static void hand_back(struct fr_relay *r, struct fr_conn *c, struct fr_state *st) {
     unregister(r, c);
     for (int s = 0; s < 2; s++) {
         st->fd[s] = c->fd[s];
@@ -440,14 +449,39 @@ int fr_release(struct fr_relay *r, struct fr_conn *c, struct fr_state *st) {
         st->done[s] = c->dir[s].done;
     }
     st->kind = c->state == HANDOFF ? KIND_HTTP : c->kind;
-    st->pad = 0;
-    /* An event for c may already sit in the thread's current batch: free it
-     * only once that batch is done. */
-    c->state = RELEASED;
-    c->next_zombie = r->zombies;
-    r->zombies = c;
+    st->owner = c->owner;
+    unlink_conn(r, c, RELEASED);
+}
+
+/* Hand back up to `max` connections of proxy `owner` (any state but closed):
+ * their sockets and pipes are Python's now. Returns how many. */
+int fr_take(struct fr_relay *r, int owner, struct fr_state *out, int max) {
+    int n = 0;
+    pthread_mutex_lock(&r->lock);
+    struct fr_conn *c = r->conns;
+    while (c && n < max) {
+        struct fr_conn *next = c->next;
+        if (c->owner == owner)
+            hand_back(r, c, &out[n++]);
+        c = next;
+    }
     pthread_mutex_unlock(&r->lock);
-    return 1;
+    return n;
+}
+
+/* Hand back up to `max` connections set aside because they speak HTTP. */
+int fr_take_handoffs(struct fr_relay *r, struct fr_state *out, int max) {
+    int n = 0;
+    pthread_mutex_lock(&r->lock);
+    struct fr_conn *c = r->conns;
+    while (c && n < max) {
+        struct fr_conn *next = c->next;
+        if (c->state == HANDOFF)
+            hand_back(r, c, &out[n++]);
+        c = next;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return n;
 }
 
 /* Stop the thread; close whatever Python did not take back. */
@@ -457,6 +491,18 @@ void fr_close(struct fr_relay *r) {
         /* eventfd writes only fail on overflow; the thread is stopping anyway */
     }
     pthread_join(r->thread, NULL);
+    while (r->conns) { /* Python normally takes every connection back first */
+        struct fr_conn *c = r->conns;
+        for (int s = 0; s < 2; s++) {
+            close(c->fd[s]);
+            if (c->dir[s].pipe_r >= 0) {
+                close(c->dir[s].pipe_r);
+                close(c->dir[s].pipe_w);
+            }
+        }
+        r->conns = c->next;
+        free(c);
+    }
     free_zombies(r);
     for (int i = 0; i < r->pooled; i++) {
         close(r->pool[i][0]);

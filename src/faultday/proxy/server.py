@@ -25,7 +25,7 @@ from faultday.errors import FaultdayError
 from faultday.proxy.counters import LiveCounters, ProxyCounters
 from faultday.proxy.eventloop import new_event_loop
 from faultday.proxy.models import ProxySpec, split_hostport
-from faultday.proxy.native import KIND_HTTP, NOTE_CLOSED, Counters, NativeRelay, Released
+from faultday.proxy.native import KIND_HTTP, Counters, NativeRelay, Released, discard
 from faultday.proxy.relay import Connection, PipePool
 from faultday.proxy.toxics import Toxic
 
@@ -58,10 +58,11 @@ class Proxy:
         loop: asyncio.AbstractEventLoop,
         spec: ProxySpec,
         relay: NativeRelay | None = None,
+        native_id: int = 0,
     ) -> None:
         self.loop = loop
         self.relay = relay
-        self.native: set[int] = set()  # tokens of connections the native relay holds
+        self.native_id = native_id  # this proxy's owner id in the native relay
         self.name = spec.name
         self.upstream = spec.upstream
         self.listen = spec.listen
@@ -108,11 +109,7 @@ class Proxy:
             self._lsock = None
         self.enabled = False
         for released in self._take_back_native():
-            released.client.close()
-            released.upstream.close()
-            for d in (released.up, released.down):
-                if d.pipe is not None:
-                    self.pipes.put(d.pipe, empty=False)
+            discard(released)
             self.counters.connections_active -= 1
         for conn in list(self.connections):
             conn.close()
@@ -211,39 +208,23 @@ class Proxy:
             up.close()
             self.counters.connections_active -= 1
             return
-        if self.relay is not None and not self.toxics and self.counters.native is not None:
-            token = self.relay.adopt(self, client, up, self.counters.native)
-            if token is not None:
-                self.native.add(token)
-                return
+        native, relay = self.counters.native, self.relay
+        if (
+            relay is not None
+            and native is not None
+            and not self.toxics
+            and relay.adopt(self.native_id, client, up, native)
+        ):
+            return
         conn = Connection(self, client, up)
         self.connections.add(conn)
         conn.start()
 
     # ---- the native relay ---------------------------------------------------------------
-    def native_note(self, token: int, kind: int) -> None:
-        """The relay closed a connection, or saw HTTP on it and hands it over."""
-        self.native.discard(token)
-        assert self.relay is not None
-        released = self.relay.release(token)
-        if released is None or kind == NOTE_CLOSED:
-            self.counters.connections_active -= 1
-            return
-        self._adopt(released)
-
     def _take_back_native(self) -> list[Released]:
-        out = []
-        for token in list(self.native):
-            self.native.discard(token)
-            assert self.relay is not None
-            released = self.relay.release(token)
-            if released is None:
-                self.counters.connections_active -= 1
-            else:
-                out.append(released)
-        return out
+        return self.relay.take(self.native_id) if self.relay is not None else []
 
-    def _adopt(self, released: Released) -> None:
+    def adopt_native(self, released: Released) -> None:
         conn = Connection(self, released.client, released.upstream)
         self.connections.add(conn)
         conn.resume(released, http=released.kind == KIND_HTTP)
@@ -280,7 +261,7 @@ class Proxy:
             conn.toxics_changed()
         if self.toxics:  # toxics act in Python: take every natively relayed connection back
             for released in self._take_back_native():
-                self._adopt(released)
+                self.adopt_native(released)
 
     def to_json(self) -> dict[str, JsonValue]:
         return {
@@ -290,11 +271,6 @@ class Proxy:
             "enabled": self.enabled,
             "toxics": [t.to_json() for t in self.toxics],
         }
-
-
-def _native_note(owner: object, token: int, kind: int) -> None:
-    assert isinstance(owner, Proxy)
-    owner.native_note(token, kind)
 
 
 class ProxyServer:
@@ -308,6 +284,7 @@ class ProxyServer:
         self._initial = proxies
         self.proxies: dict[str, Proxy] = {}
         self.relay: NativeRelay | None = None
+        self._native_ids = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping: asyncio.Event | None = None
@@ -335,7 +312,7 @@ class ProxyServer:
         handler = ApiHandler(self)
         server = await asyncio.start_server(handler.handle, self.host, self.port, limit=1 << 20)
         self.port = int(server.sockets[0].getsockname()[1])
-        self.relay = NativeRelay.start(self._loop, _native_note)
+        self.relay = NativeRelay.start(self._loop, self._handoff)
         log.info("faultday proxy API listening on %s", self.api_url)
         try:
             for spec in self._initial:
@@ -356,6 +333,21 @@ class ProxyServer:
                 self.relay = None
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 2.0)
+
+    def native_id(self) -> int:
+        """A fresh owner id for a new proxy's connections in the native relay."""
+        self._native_ids += 1
+        return self._native_ids
+
+    def _handoff(self, released: Released) -> None:
+        # The relay saw HTTP on a connection: Python frames and counts it from now on.
+        proxy = next((p for p in self.proxies.values() if p.native_id == released.owner), None)
+        if proxy is None or not proxy.enabled:
+            discard(released)
+            if proxy is not None:
+                proxy.counters.connections_active -= 1
+            return
+        proxy.adopt_native(released)
 
     def shutdown(self) -> None:
         """Ask ``serve()`` to return; callable from any thread."""
