@@ -349,7 +349,7 @@ class KubeStandIn:
                     if _match(p["metadata"]["labels"], _sel(obj)):
                         del self.state.objects[(ns, "pods", n)]
             if plural == "jobs":
-                for run in self.state.job_pods.pop((ns, name), []):
+                for run in self.state.job_pods.pop((ns, name or ""), []):
                     _kill(run.proc, grace=2.0)  # foreground deletion: the pods go first
             return 200, obj
         return 405, _status(405, "MethodNotAllowed", method)

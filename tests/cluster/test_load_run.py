@@ -8,10 +8,12 @@ requests from the "pods" reach a real HTTP target and stream into the run's even
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -31,8 +33,10 @@ from faultday.cluster.load_jobs import (
     run_id,
 )
 from faultday.engine.ledger import Ledger
+from faultday.engine.recover import find_ledgers
 from faultday.engine.runner import Run, RunOptions
 from faultday.engine.stacks import default_stack_factory
+from faultday.errors import StackError
 from faultday.load.config import LoadConfig, Shape, ShapeSpec, Workload
 from faultday.load.participants import ScenarioLoad, participants_for
 from faultday.load.runner import LoadOptions
@@ -132,6 +136,12 @@ def _load_calls(standin: KubeStandIn) -> list[str]:
     return [c for c in standin.calls(mutating=True) if "faultday-load-" in c]
 
 
+def _cleanup_ops(run_dir: Path) -> list[str]:
+    return [
+        str(r["op"]) for r in Ledger.in_dir(run_dir).records() if str(r["op"]).startswith("clean")
+    ]
+
+
 def _kinds(calls: list[str]) -> list[str]:
     return [f"{c.split()[0]} {c.rsplit('/', 2)[1]}/{c.rsplit('-', 1)[1]}" for c in calls]
 
@@ -140,6 +150,14 @@ def test_requests_from_job_pods_land_in_the_run_time_series(
     standin: KubeStandIn, ok_server: str, tmp_path: Path
 ) -> None:
     """No cluster can run here; API stand-in whose Job pods are real local Locust processes."""
+    # What the run's ledger held when the first load object reached the API.
+    at_first_apply: list[list[str]] = []
+
+    def look(_body: object) -> bool:
+        at_first_apply.append(_cleanup_ops(tmp_path / "run"))
+        return False  # only looks; the apply goes through
+
+    standin.fail("PATCH", rf"/api/v1/namespaces/{NS}/configmaps/faultday-load-.*", when=look)
     config = _config(tmp_path, standin, ok_server)
     run, journal = _run(_scenario(tmp_path, duration="4s"), config, tmp_path)
     assert journal.verdict == RunVerdict.PASSED, (journal.reason, journal.errors)
@@ -198,6 +216,22 @@ def test_requests_from_job_pods_land_in_the_run_time_series(
     assert standin.objects("jobs", NS) == {}
     assert not [n for n in standin.objects("configmaps", NS) if n.startswith("faultday-load")]
 
+    # Record, then act: the cleanup record was on disk before the first apply; it is done.
+    assert at_first_apply == [["cleanup"]]
+    assert _cleanup_ops(run.run_dir) == ["cleanup", "cleanup_done"]
+    assert Ledger.in_dir(run.run_dir).outstanding_cleanups() == []
+    (rec,) = [r for r in Ledger.in_dir(run.run_dir).records() if r["op"] == "cleanup"]
+    assert isinstance(rec["cleanup"], dict) and isinstance(rec["cleanup"]["data"], dict)
+    data = rec["cleanup"]["data"]
+    assert data["run"] == rid and data["namespace"] == NS
+    assert data["guard"] == {"namespaces": [NS], "part_of": PART_OF}
+    assert [o[2].rsplit("-", 1)[1] for o in data["objects"]] == [  # type: ignore[index,union-attr]
+        "workers",
+        "master",
+        "master",
+        "config",
+    ]
+
     events = {e.kind: e for e in journal.events}
     assert events["load.started"].data["workers"] == 2
     jobs = events["load.stopped"].data["jobs"]
@@ -232,16 +266,18 @@ def test_a_run_that_fails_halfway_deletes_the_load_jobs_at_once(
     assert len(runs) == 3 and all(r.returncode is not None for r in runs)
     assert standin.objects("jobs", NS) == {}
     assert "load.jobs_cancelled" in {e.kind for e in journal.events}
+    assert Ledger.in_dir(tmp_path / "run").outstanding_cleanups() == []
 
 
 def test_a_load_that_cannot_start_deletes_what_it_applied(
     standin: KubeStandIn, ok_server: str, tmp_path: Path
 ) -> None:
-    """No cluster can run here; API stand-in. The workers Job's apply fails: the ConfigMap,
-    Service and master Job already applied are deleted (newest first), the run errors."""
+    """No cluster can run here; API stand-in. The workers Job's apply fails: it and the
+    ConfigMap, Service and master Job already applied are deleted (newest first; a failed
+    apply may still have taken effect, and a 404 is fine), the run errors."""
     standin.fail("PATCH", rf"/apis/batch/v1/namespaces/{NS}/jobs/faultday-load-.*-workers")
     config = _config(tmp_path, standin, ok_server)
-    _, journal = _run(_scenario(tmp_path, duration="4s"), config, tmp_path)
+    run, journal = _run(_scenario(tmp_path, duration="4s"), config, tmp_path)
     assert journal.verdict == RunVerdict.ERROR
     assert "could not start the load Jobs" in journal.reason and "500" in journal.reason
     assert _kinds(_load_calls(standin)) == [
@@ -249,14 +285,17 @@ def test_a_load_that_cannot_start_deletes_what_it_applied(
         "PATCH services/master",
         "PATCH jobs/master",
         "PATCH jobs/workers",
+        "DELETE jobs/workers",
         "DELETE jobs/master",
         "DELETE services/master",
         "DELETE configmaps/config",
     ]
     assert standin.objects("jobs", NS) == {}
     assert all(r.returncode is not None for r in standin.pod_runs())
-    # The stack still came down after the failed start.
+    # The stack still came down after the failed start; the cleanup record is done.
     assert standin.objects("deployments", NS) == {}
+    assert _cleanup_ops(run.run_dir) == ["cleanup", "cleanup_done"]
+    assert Ledger.in_dir(run.run_dir).outstanding_cleanups() == []
 
 
 def test_dry_run_lists_the_load_objects(
@@ -330,6 +369,7 @@ def test_a_sink_the_pods_cannot_reach_fails_the_run_with_a_hint(
     assert any("no load pod connected to the event socket" in e for e in journal.errors)
     assert any("load.sink_advertise" in e for e in journal.errors)
     assert standin.objects("jobs", NS) == {}
+    assert Ledger.in_dir(tmp_path / "run").outstanding_cleanups() == []
 
 
 def test_down_deletes_load_objects_the_load_left_and_harness_placement_runs_locally(
@@ -359,11 +399,18 @@ def test_down_deletes_load_objects_the_load_left_and_harness_placement_runs_loca
     )
     assert base.base_urls["agent"] == f"http://agent.{NS}.svc.cluster.local:8080"
     docs = render_load_jobs(base, workers=1, namespace=NS, part_of=PART_OF, run="abc")
-    attach.track_load(docs)
+    told: list[str] = []
+    attach.track_load(docs, on_deleted=lambda: told.append("deleted"))
     for d in docs[:3]:  # as if the load died after three applies and never cleaned up
         attach.cluster.apply(d)
+    # A delete that fails: down says so, and does not tell the load its objects are gone.
+    standin.fail("DELETE", rf"/apis/batch/v1/namespaces/{NS}/jobs/faultday-load-workers")
+    with pytest.raises(StackError, match="teardown incomplete"):
+        attach.down()
+    assert told == []
     n = len(standin.calls())
     attach.down()
+    assert told == ["deleted"]
     assert [c.split("/")[-2] for c in standin.calls(mutating=True)[-4:]] == [
         "jobs",
         "jobs",
@@ -373,8 +420,8 @@ def test_down_deletes_load_objects_the_load_left_and_harness_placement_runs_loca
     assert len(standin.calls()) - n == 4
     assert standin.objects("jobs", NS) == {}
     assert len(standin.objects("deployments", NS)) == 8  # the attached stack is untouched
-    attach.down()  # nothing left to delete: no call
-    assert len(standin.calls()) - n == 4
+    attach.down()  # nothing left to delete: no call, nobody told twice
+    assert len(standin.calls()) - n == 4 and told == ["deleted"]
 
     # placement: harness leaves the load to local Locust processes.
     local = KubernetesStack(
@@ -386,3 +433,100 @@ def test_down_deletes_load_objects_the_load_left_and_harness_placement_runs_loca
     sc = load_scenario(_scenario(tmp_path, duration="4s")).scenario
     assert local.load_participant(sc.spec.load, LoadOptions()) is None
     assert attach.load_participant(sc.spec.load, LoadOptions()) is not None
+
+
+def _recover(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real ``faultday recover`` command, in its own process (like a user after a crash)."""
+    return subprocess.run(
+        [sys.executable, "-m", "faultday.cli", "recover", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "250", "NO_COLOR": "1"},
+    )
+
+
+def _until(pred: Callable[[], object], timeout: float, what: str) -> object:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if value := pred():
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_recover_after_sigkill_deletes_the_load_objects(
+    standin: KubeStandIn, ok_server: str, tmp_path: Path
+) -> None:
+    """No cluster can run here; API stand-in (its Job pods are local Locust processes). The
+    harness is SIGKILLed while the load Jobs run; `faultday recover <run_dir>` deletes them
+    from the record in the run's ledger, and a second recover finds nothing outstanding."""
+    config = _config(tmp_path, standin, ok_server)
+    report = tmp_path / "r"
+    harness = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "faultday.cli",
+            "run",
+            str(_scenario(tmp_path, duration="60s")),
+            "--driver",
+            "kubernetes",
+            "--driver-config",
+            str(config),
+            "--report-dir",
+            str(report),
+            "--no-progress",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _until(
+            lambda: len([r for r in standin.pod_runs() if r.returncode is None]) == 3,
+            60,
+            "the load pods to run",
+        )
+        harness.send_signal(signal.SIGKILL)
+        assert harness.wait(10) == -signal.SIGKILL
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+            harness.wait(10)
+    (run_dir,) = [d for d in report.iterdir() if d.is_dir()]
+    rid = run_id(run_dir.name)
+    names = [f"faultday-load-{rid}-{x}" for x in ("workers", "master", "master", "config")]
+    # Nobody cleaned up: the load objects and their pods are still there.
+    assert set(standin.objects("jobs", NS)) == {names[0], names[1]}
+    assert names[2] in standin.objects("services", NS)
+    assert names[3] in standin.objects("configmaps", NS)
+    assert find_ledgers(report) == [run_dir]  # an outstanding cleanup counts
+
+    n = len(standin.calls())
+    r = _recover(str(run_dir))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"cleaned up k8s_load {NS}/faultday-load-{rid} (delete_load_objects)" in r.stdout
+    for kind, name in zip(("Job", "Job", "Service", "ConfigMap"), names, strict=True):
+        assert f"deleted {kind} {NS}/{name}" in r.stdout
+    # Each object read (guard: stack label and this run's label), then deleted, newest first.
+    assert _kinds(standin.calls(mutating=True)[-4:]) == [
+        "DELETE jobs/workers",
+        "DELETE jobs/master",
+        "DELETE services/master",
+        "DELETE configmaps/config",
+    ]
+    assert [c.split()[0] for c in standin.calls()[n:]] == ["GET", "DELETE"] * 4
+    assert standin.objects("jobs", NS) == {}
+    assert not [x for x in standin.objects("services", NS) if x.startswith("faultday-load")]
+    assert not [x for x in standin.objects("configmaps", NS) if x.startswith("faultday-load")]
+    assert all(r.returncode is not None for r in standin.pod_runs())  # deleting the Jobs
+    assert Ledger.in_dir(run_dir).outstanding_cleanups() == []
+    assert find_ledgers(report) == []
+
+    n = len(standin.calls())
+    again = _recover(str(run_dir))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip().endswith("nothing outstanding")
+    assert len(standin.calls()) == n

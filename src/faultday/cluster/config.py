@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 PART_OF_LABEL = "app.kubernetes.io/part-of"
 NAME_LABEL = "app.kubernetes.io/name"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+# One run's load objects (ConfigMap, Service, Jobs): what recover deletes after a crash.
+LOAD_RUN_LABEL = "faultday.dev/load-run"
 DNS_LABEL = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
 
 

@@ -20,6 +20,7 @@ import select
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -147,6 +148,7 @@ class KubernetesStack:
         )
         self._forwards: dict[tuple[str, int], tuple[subprocess.Popen[bytes], int]] = {}
         self._load_docs: list[dict[str, Any]] = []  # load Jobs etc. not yet deleted
+        self._load_deleted: list[Callable[[], None]] = []  # told when they all are
         self._up = False
 
     # -- what the manifests say -------------------------------------------------------
@@ -352,12 +354,21 @@ class KubernetesStack:
 
         return KubernetesLoad(self, spec, options)
 
-    def track_load(self, docs: list[dict[str, Any]]) -> None:
-        """Load objects about to be applied: ``down`` deletes any the load did not."""
+    def track_load(
+        self, docs: list[dict[str, Any]], *, on_deleted: Callable[[], None] | None = None
+    ) -> None:
+        """Load objects about to be applied: ``down`` deletes any the load did not, then calls
+        ``on_deleted`` (which marks the load's ledger record done)."""
         self._load_docs += [d for d in docs if d not in self._load_docs]
+        if on_deleted is not None:
+            self._load_deleted.append(on_deleted)
 
-    def forget_load(self, docs: list[dict[str, Any]]) -> None:
+    def forget_load(
+        self, docs: list[dict[str, Any]], *, on_deleted: Callable[[], None] | None = None
+    ) -> None:
         self._load_docs = [d for d in self._load_docs if d not in docs]
+        if on_deleted in self._load_deleted:
+            self._load_deleted.remove(on_deleted)
 
     def _delete_load_leftovers(self) -> list[str]:
         errors = []
@@ -376,6 +387,9 @@ class KubernetesStack:
                 log.warning("deleted leftover load object %s/%s", d["kind"], d["metadata"]["name"])
         if not errors:
             self._load_docs = []
+            for done in self._load_deleted:
+                done()
+            self._load_deleted = []
         return errors
 
     def restart(self, component: str, *, timeout: float) -> None:

@@ -11,6 +11,9 @@ must be reachable from the pods — so the results land in the same time series.
 scenario's load (``KubernetesStack.load_participant``). It applies the objects
 at warm-up, waits (bounded) for the Jobs to end after the run, reads their
 status, and deletes every object it applied, on every path out of the run.
+Before the first apply it writes a cleanup record to the run's ledger, marked
+done once everything is deleted: if the harness itself is killed, ``faultday
+recover`` deletes the objects from that record (``faultday.cluster.cleanup``).
 """
 
 from __future__ import annotations
@@ -22,9 +25,18 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
+from faultday.cluster.cleanup import load_cleanup_record
 from faultday.cluster.client import ClusterError, JobState, KubernetesCluster
-from faultday.cluster.config import MANAGED_BY_LABEL, NAME_LABEL, PART_OF_LABEL, LoadJobsConfig
+from faultday.cluster.config import (
+    LOAD_RUN_LABEL,
+    MANAGED_BY_LABEL,
+    NAME_LABEL,
+    PART_OF_LABEL,
+    LoadJobsConfig,
+)
+from faultday.engine.ledger import Ledger
 from faultday.errors import FaultdayError
+from faultday.injectors.base import Revert
 from faultday.load.config import LoadConfig, Workload
 from faultday.load.runner import (
     WORKERS_TIMEOUT,
@@ -47,7 +59,7 @@ log = logging.getLogger(__name__)
 FAULTDAY_IMAGE = "ghcr.io/faultday/faultday:latest"
 MASTER_PORT = 5557
 ROLE_LABEL = "faultday.dev/load-role"
-RUN_LABEL = "faultday.dev/load-run"
+RUN_LABEL = LOAD_RUN_LABEL
 # Finished Jobs (and their pods) go away by themselves even if the harness dies.
 JOB_TTL = 600
 POLL = 0.5  # real seconds between looks at the Jobs' status
@@ -244,6 +256,8 @@ class KubernetesLoad:
         self._run: RunView | None = None
         self._stopped = False
         self._cancelled = False
+        self._ledger: Ledger | None = None
+        self._cleanup: Revert | None = None  # outstanding in the run's ledger until deleted
 
     @property
     def cluster(self) -> KubernetesCluster:
@@ -300,12 +314,23 @@ class KubernetesLoad:
                 "network (set load.sink_bind/sink_advertise in the driver config)",
                 sink=sink,
             )
+        # On disk before the first apply (record, then act): recover deletes them after a crash.
+        self._ledger = Ledger.in_dir(run.run_dir)
+        self._cleanup = load_cleanup_record(
+            access=self.stack.config.access,
+            guard=self.stack.guard,
+            namespace=self.stack.namespace,
+            run=rid,
+            docs=self.docs,
+        )
+        self._ledger.add_cleanup(self._cleanup)
         # Known to the stack before the first apply: its down() deletes leftovers too.
-        self.stack.track_load(self.docs)
+        self.stack.track_load(self.docs, on_deleted=self._cleaned)
         try:
             for doc in self.docs:
-                self.cluster.apply(doc)
+                # Counted before the call: an apply that errors may still have taken effect.
                 self.applied.append(doc)
+                self.cluster.apply(doc)
         except FaultdayError as exc:
             errors = self._delete()
             self.sink.stop()
@@ -394,7 +419,8 @@ class KubernetesLoad:
                 continue
             self.applied.remove(doc)
         if not self.applied:
-            self.stack.forget_load(self.docs)
+            self.stack.forget_load(self.docs, on_deleted=self._cleaned)
+            self._cleaned()
         elif errors:
             rid = self.docs[0]["metadata"]["labels"].get(RUN_LABEL, "")
             errors.append(
@@ -402,6 +428,12 @@ class KubernetesLoad:
                 f"-n {self.stack.namespace} -l {RUN_LABEL}={rid}"
             )
         return errors
+
+    def _cleaned(self) -> None:
+        """Everything is deleted (by the load or the stack's down): the record is done."""
+        if self._cleanup is not None and self._ledger is not None:
+            self._ledger.cleanup_done(self._cleanup, ok=True)
+            self._cleanup = None
 
     def _event(self, kind: str, message: str, **data: object) -> None:
         if self._run is not None:
