@@ -359,7 +359,7 @@ def recover(
     if not dirs:
         out.print("nothing to recover")
     if failed:
-        console.print(f"[red]{failed} reverts failed[/]")
+        console.print(f"[red]{failed} reverts or cleanups failed[/]")
         raise typer.Exit(Exit.ERROR)
 
 
