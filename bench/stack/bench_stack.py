@@ -3,8 +3,10 @@
     .venv/bin/python bench/stack/bench_stack.py [--cycles 3] [--profile local] [--only a,b]
 
 Prints one JSON object: per-cycle up/down seconds, per-component ready times,
-and the count of processes left behind (must be 0). Targets (issue 5): up <= 6 s,
-down <= 3 s on the project's reference machine.
+the CPU seconds each component's processes had used when the stack was up, when
+the agent's client SDKs (imported after it serves) were loaded, and the count of
+processes and PyTriton /dev/shm segments left behind (both must be 0). Targets
+(issue 5): up <= 6 s, down <= 3 s on the project's reference machine.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import platform
 import statistics
 import sys
@@ -19,11 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 
 from faultday.engine.ledger import Ledger
+from faultday.stack import shm
 from faultday.stack.profile import load_profile
 from faultday.stack.stack import RUN_MARKER, Stack
+from faultday.stack.supervisor import group_pids
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,6 +43,36 @@ def strays(run_dir: Path) -> list[int]:
     return left
 
 
+def cpu_seconds(stack: Stack) -> dict[str, float]:
+    """CPU (user + system) used so far by each component's live processes."""
+    out = {}
+    for c in stack.profile.spec.components:
+        m = stack.supervisor.managed(c)
+        total = 0.0
+        if m is not None and m.pid is not None:
+            for pid in group_pids(m.pid):
+                with contextlib.suppress(psutil.Error):
+                    t = psutil.Process(pid).cpu_times()
+                    total += t.user + t.system
+        out[c] = round(total, 2)
+    return out
+
+
+def agent_sdks_loaded(stack: Stack, t0: float, *, timeout: float = 20.0) -> float | None:
+    """Seconds from the start of up until the agent reports its client SDKs loaded."""
+    url = stack.endpoints().get("agent")
+    if url is None:
+        return None
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=2.0) as http:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                if http.get(f"{url}/health").json().get("client_sdks_loaded"):
+                    return round(time.monotonic() - t0, 2)
+            time.sleep(0.02)
+    return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cycles", type=int, default=3)
@@ -47,42 +83,52 @@ def main() -> int:
     if a.only:
         profile = profile.subset(a.only.split(","))
     cycles = []
+    ups: list[float] = []
+    downs: list[float] = []
     for _ in range(max(1, min(a.cycles, 20))):
         run_dir = Path(tempfile.mkdtemp(prefix="faultday-bench-stack-"))
         s = Stack(profile, run_dir=run_dir, ledger=Ledger.in_dir(run_dir))
+        shm_before = set(os.listdir(shm.SHM_DIR))
         t0 = time.monotonic()
         s.up(timeout=120)
         up_s = time.monotonic() - t0
         ready = s.ready_times()
+        cpu = cpu_seconds(s)
+        warm = agent_sdks_loaded(s, t0)
         t1 = time.monotonic()
         s.down()
         down_s = time.monotonic() - t1
+        shm_left = {n for n in set(os.listdir(shm.SHM_DIR)) - shm_before}
+        ups.append(round(up_s, 2))
+        downs.append(round(down_s, 2))
         cycles.append(
             {
                 "up_s": round(up_s, 2),
                 "down_s": round(down_s, 2),
                 "ready_s": {k: round(v, 2) for k, v in sorted(ready.items(), key=lambda kv: kv[1])},
+                "cpu_s_at_up": cpu,
+                "agent_sdks_loaded_s": warm,
                 "left_behind": len(strays(run_dir)),
+                "shm_left_behind": sorted(n for n in shm_left if shm.is_pytriton_segment(n)),
             }
         )
-        time.sleep(1.0)  # let ports and /dev/shm settle between cycles
-    ups = [c["up_s"] for c in cycles]
-    downs = [c["down_s"] for c in cycles]
+        time.sleep(1.0)  # let ports settle between cycles
     print(
         json.dumps(
             {
                 "profile": profile.name,
                 "components": list(profile.spec.components),
                 "cycles": cycles,
-                "up_median_s": statistics.median(ups),
-                "down_median_s": statistics.median(downs),
+                "up_median_s": round(statistics.median(ups), 2),
+                "down_median_s": round(statistics.median(downs), 2),
                 "machine": f"{platform.machine()} {psutil.cpu_count()} cpus, "
                 f"load {psutil.getloadavg()[0]:.2f}",
             },
             indent=2,
         )
     )
-    return 0 if all(c["left_behind"] == 0 for c in cycles) else 1
+    clean = all(c["left_behind"] == 0 and not c["shm_left_behind"] for c in cycles)
+    return 0 if clean else 1
 
 
 if __name__ == "__main__":

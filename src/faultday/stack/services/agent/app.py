@@ -135,10 +135,13 @@ def build_app(rt: Runtime) -> FastAPI:  # noqa: PLR0915 - every route of the run
         return response
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
+    async def health() -> JSONResponse:
         # Liveness of the runtime itself: a dependency outage degrades, it does not kill us.
-        return {
-            "status": "ok",
+        # 503 until the client SDKs are imported (~1-2 s after it listens): until then
+        # every request would wait for them, so it is not ready to take load.
+        loaded = rt.sdks.loaded
+        body = {
+            "status": "ok" if loaded else "starting",
             "policy": rt.policy_name,
             "breakers": {
                 d: rt.res.breaker_state(d)
@@ -146,9 +149,9 @@ def build_app(rt: Runtime) -> FastAPI:  # noqa: PLR0915 - every route of the run
             }
             | ({"llm-canary": rt.res.breaker_state("llm-canary")} if rt.canary else {}),
             "resumed_tasks": engine.resumed,
-            # False for the first second or two: requests that need them wait meanwhile.
-            "client_sdks_loaded": rt.sdks.loaded,
+            "client_sdks_loaded": loaded,
         }
+        return JSONResponse(body, status_code=200 if loaded else 503)
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -8,11 +8,9 @@ policy in ``resilience.py`` is the only place that decides.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import json
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -37,11 +35,10 @@ log = logging.getLogger(__name__)
 MCP_PROTOCOL = "2026-07-28"  # pinned: no discovery round-trip per call
 
 # The SDKs of the LLM, Qdrant and MCP clients build hundreds of pydantic models at
-# import (~2 s of CPU together, most of the runtime's start). /health needs none of
-# them, so they are imported after the runtime serves (``Sdks.preload``), or by the
-# first request that needs them, whichever comes first.
+# import (~2 s of CPU together, most of the runtime's start). They are imported in a
+# thread once the app serves (``Sdks.preload``): /health answers 503 meanwhile, and a
+# request that needs them waits without blocking the event loop.
 SDK_MODULES = ("openai", "qdrant_client", "mcp")
-PRELOAD_NICE = 10
 
 
 class Sdks:
@@ -76,10 +73,6 @@ class Sdks:
         return t
 
     def _preload(self) -> None:
-        # Linux: a thread's own nice value. The rest of the stack may still be starting
-        # on the same cores; this import must not slow them, only fill their idle time.
-        with contextlib.suppress(OSError, AttributeError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PRELOAD_NICE)
         try:
             self.load()
         except Exception:  # the first request that needs them raises it again, to its caller
