@@ -3,7 +3,8 @@
 A real HTTP server on 127.0.0.1 implementing the few endpoints the SDK calls for
 the Docker driver (networks create/inspect/list/delete, containers
 create/inspect/start/restart/pause/unpause/list/delete, images/create); every
-call is recorded in order. Containers become "healthy" on start.
+call is recorded in order. Containers become "healthy" on start; they are found by id
+or by name, as the engine does.
 """
 
 from __future__ import annotations
@@ -142,14 +143,17 @@ class DockerStandIn:
                 return self._container(method, m[1], m[2])
             return 404, {"message": f"no route {method} {path}"}
 
-    def _container(self, method: str, cid: str, action: str | None) -> tuple[int, Any]:
-        c = self.containers.get(cid)
+    def _container(self, method: str, ref: str, action: str | None) -> tuple[int, Any]:
+        # Like the engine: a container is named by its id or by its name.
+        c = self.containers.get(ref) or next(
+            (x for x in self.containers.values() if x["Name"] == f"/{ref}"), None
+        )
         if c is None:
-            return 404, {"message": "no such container"}
+            return 404, {"message": f"No such container: {ref}"}
         if method == "GET" and action == "json":
             return 200, c
         if method == "DELETE" and action is None:
-            del self.containers[cid]
+            del self.containers[c["Id"]]
             return 204, None
         if action in ("start", "restart"):
             health = {"Status": "healthy"} if c["Config"].get("Healthcheck") else None

@@ -136,10 +136,22 @@ def _load_calls(standin: KubeStandIn) -> list[str]:
     return [c for c in standin.calls(mutating=True) if "faultday-load-" in c]
 
 
+def _load_records(run_dir: Path) -> list[dict[str, object]]:
+    """The load's cleanup records and their ``cleanup_done`` (the stack has its own)."""
+    ids: set[object] = set()
+    out: list[dict[str, object]] = []
+    for r in Ledger.in_dir(run_dir).records():
+        rec = r.get("cleanup")
+        if r["op"] == "cleanup" and isinstance(rec, dict) and rec["injector"] == "k8s_load":
+            ids.add(rec["id"])
+            out.append(r)
+        elif r["op"] == "cleanup_done" and r["id"] in ids:
+            out.append(r)
+    return out
+
+
 def _cleanup_ops(run_dir: Path) -> list[str]:
-    return [
-        str(r["op"]) for r in Ledger.in_dir(run_dir).records() if str(r["op"]).startswith("clean")
-    ]
+    return [str(r["op"]) for r in _load_records(run_dir)]
 
 
 def _kinds(calls: list[str]) -> list[str]:
@@ -220,7 +232,7 @@ def test_requests_from_job_pods_land_in_the_run_time_series(
     assert at_first_apply == [["cleanup"]]
     assert _cleanup_ops(run.run_dir) == ["cleanup", "cleanup_done"]
     assert Ledger.in_dir(run.run_dir).outstanding_cleanups() == []
-    (rec,) = [r for r in Ledger.in_dir(run.run_dir).records() if r["op"] == "cleanup"]
+    (rec,) = [r for r in _load_records(run.run_dir) if r["op"] == "cleanup"]
     assert isinstance(rec["cleanup"], dict) and isinstance(rec["cleanup"]["data"], dict)
     data = rec["cleanup"]["data"]
     assert data["run"] == rid and data["namespace"] == NS
@@ -511,13 +523,19 @@ def test_recover_after_sigkill_deletes_the_load_objects(
     for kind, name in zip(("Job", "Job", "Service", "ConfigMap"), names, strict=True):
         assert f"deleted {kind} {NS}/{name}" in r.stdout
     # Each object read (guard: stack label and this run's label), then deleted, newest first.
-    assert _kinds(standin.calls(mutating=True)[-4:]) == [
+    assert _kinds(_load_calls(standin)[-4:]) == [
         "DELETE jobs/workers",
         "DELETE jobs/master",
         "DELETE services/master",
         "DELETE configmaps/config",
     ]
-    assert [c.split()[0] for c in standin.calls()[n:]] == ["GET", "DELETE"] * 4
+    recover_calls = standin.calls()[n:]
+    load_part = [c for c in recover_calls if "faultday-load-" in c]
+    assert [c.split()[0] for c in load_part] == ["GET", "DELETE"] * 4
+    # The load's record is newer than the stack's: its objects go first, then the stack's.
+    last_load = recover_calls.index(load_part[-1])
+    assert all("faultday-load-" not in c for c in recover_calls[last_load + 1 :])
+    assert "deleted Deployment" in r.stdout and standin.objects("deployments", NS) == {}
     assert standin.objects("jobs", NS) == {}
     assert not [x for x in standin.objects("services", NS) if x.startswith("faultday-load")]
     assert not [x for x in standin.objects("configmaps", NS) if x.startswith("faultday-load")]

@@ -7,6 +7,7 @@ CLI options build a ``KubernetesConfig``. The namespace allowlist and the
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -25,6 +26,9 @@ NAME_LABEL = "app.kubernetes.io/name"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 # One run's load objects (ConfigMap, Service, Jobs): what recover deletes after a crash.
 LOAD_RUN_LABEL = "faultday.dev/load-run"
+# One deploy of a stack (its Deployments, Services, ConfigMaps; or its Docker containers and
+# network): set at apply/create time, so recover never deletes what another deploy re-created.
+STACK_RUN_LABEL = "faultday.dev/stack-run"
 DNS_LABEL = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
 
 
@@ -69,6 +73,34 @@ class ClusterAccess(_Strict):
         # urllib3 retries would stretch our timeouts; the callers decide what to retry.
         cfg.retries = 0
         return client.ApiClient(cfg)
+
+
+class DockerAccess(_Strict):
+    """How to reach a Docker engine; copied into the stack's cleanup record for ``recover``."""
+
+    base_url: str | None = Field(default=None, description="engine URL given in the config")
+    docker_host: str | None = Field(
+        default=None, description="$DOCKER_HOST when the stack came up (used if no base_url)"
+    )
+    api_version: str = "1.41"
+    timeout: float = Field(default=30.0, gt=0, description="seconds per Engine API call")
+
+    def client(self) -> Any:
+        """A ``docker.DockerClient`` for this access (caller closes it)."""
+        try:
+            import docker  # type: ignore[import-untyped]
+        except ImportError as exc:
+            raise StackError("the docker driver needs faultday[k8s] (the docker SDK)") from exc
+        kw: dict[str, Any] = {"version": self.api_version, "timeout": self.timeout}
+        try:
+            if self.base_url:
+                return docker.DockerClient(base_url=self.base_url, **kw)
+            env = dict(os.environ)
+            if self.docker_host:  # the engine the stack was created on, not today's default
+                env["DOCKER_HOST"] = self.docker_host
+            return docker.from_env(environment=env, **kw)
+        except docker.errors.DockerException as exc:
+            raise StackError(f"no Docker engine: {exc}") from exc
 
 
 class DeployMode(StrEnum):

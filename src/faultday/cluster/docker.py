@@ -6,11 +6,18 @@ Toxiproxy container carrying every edge — without needing the compose plugin:
 each service becomes one container named ``faultday-<profile>-<service>``,
 labelled ``app.kubernetes.io/part-of=faultday-<profile>``, reachable by its
 service name on the network and published on 127.0.0.1 for the harness.
+
+Before the network is created, ``up`` writes a ``docker_stack`` cleanup record
+(the engine's address, the names, and the ``faultday.dev/stack-run`` label every
+container and the network carry) to the run's ledger; a clean ``down`` marks it
+done. After a killed harness, ``faultday recover`` removes them from it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import secrets
 import tempfile
 import time
 from pathlib import Path
@@ -19,10 +26,17 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from faultday.cluster.config import NAME_LABEL, PART_OF_LABEL, part_of_value
+from faultday.cluster.cleanup import docker_cleanup_record
+from faultday.cluster.config import (
+    NAME_LABEL,
+    PART_OF_LABEL,
+    STACK_RUN_LABEL,
+    DockerAccess,
+    part_of_value,
+)
 from faultday.engine.ledger import Ledger
 from faultday.errors import StackError
-from faultday.injectors.base import Target, TargetKind
+from faultday.injectors.base import Revert, Target, TargetKind
 from faultday.plugins import did_you_mean
 from faultday.stack.profile import StackProfile
 from faultday.stack.stack import ComponentInfo, EdgeInfo, StackInfo
@@ -41,6 +55,15 @@ class DockerConfig(BaseModel):
     timeout: float = Field(default=30.0, gt=0, description="seconds per Engine API call")
     ready_timeout: float = Field(default=600.0, gt=0)
     pull: bool = Field(default=True, description="pull images the engine does not have")
+
+    def access(self) -> DockerAccess:
+        """Where the engine is, as ``faultday recover`` will need it (``$DOCKER_HOST`` now)."""
+        return DockerAccess(
+            base_url=self.base_url,
+            docker_host=os.environ.get("DOCKER_HOST") or None,
+            api_version=self.api_version,
+            timeout=self.timeout,
+        )
 
 
 def _seconds(text: str) -> int:
@@ -87,6 +110,7 @@ class DockerStack:
         self._edges = {e.name: e for e in profile.edges()} if profile.spec.proxy else {}
         self._client: Any = None
         self._containers: dict[str, Any] = {}
+        self._cleanup: Revert | None = None  # outstanding in the ledger until down() is clean
 
     # -- rendering and the command plan ---------------------------------------------------
 
@@ -114,7 +138,7 @@ class DockerStack:
         args: dict[str, Any] = {
             "image": svc["image"],
             "name": self.container_name(service),
-            "labels": {PART_OF_LABEL: self.part_of, NAME_LABEL: service},
+            "labels": {**self._owner_labels(), NAME_LABEL: service},
             "network": self.network,
             "ports": {f"{port}/tcp": (HOST, None)},
             "restart_policy": {"Name": "on-failure", "MaximumRetryCount": 5},
@@ -150,6 +174,13 @@ class DockerStack:
             ]
         return args
 
+    def _owner_labels(self) -> dict[str, str]:
+        """part-of, and this deploy's stack-run once ``up`` recorded it."""
+        out = {PART_OF_LABEL: self.part_of}
+        if self._cleanup is not None:
+            out[STACK_RUN_LABEL] = str(self._cleanup.data["run"])
+        return out
+
     def start_order(self) -> list[str]:
         services = self._compose["services"]
         return [c for c in self.profile.start_order() if c in services]
@@ -158,25 +189,11 @@ class DockerStack:
 
     def _docker(self) -> Any:
         if self._client is None:
-            try:
-                import docker  # type: ignore[import-untyped]
-            except ImportError as exc:
-                raise StackError("the docker driver needs faultday[k8s] (the docker SDK)") from exc
-            kw: dict[str, Any] = {
-                "version": self.config.api_version,
-                "timeout": self.config.timeout,
-            }
-            try:
-                if self.config.base_url:
-                    self._client = docker.DockerClient(base_url=self.config.base_url, **kw)
-                else:
-                    self._client = docker.from_env(**kw)
-            except docker.errors.DockerException as exc:
-                raise StackError(f"no Docker engine: {exc}") from exc
+            self._client = self.config.access().client()
         return self._client
 
     def _errors(self) -> tuple[type[BaseException], ...]:
-        import docker
+        import docker  # type: ignore[import-untyped]
         import requests
 
         return (docker.errors.DockerException, requests.RequestException)
@@ -190,10 +207,9 @@ class DockerStack:
         render_profile(self.profile, driver="docker", out=self.render_dir)
         client = self._docker()
         deadline = time.monotonic() + (timeout or self.config.ready_timeout)
+        self._record()
         try:
-            client.networks.create(
-                self.network, driver="bridge", labels={PART_OF_LABEL: self.part_of}
-            )
+            client.networks.create(self.network, driver="bridge", labels=self._owner_labels())
             for service in self.start_order():
                 self._containers[service] = self._create(service)
                 self._containers[service].start()
@@ -204,6 +220,20 @@ class DockerStack:
         except StackError:
             self.down()
             raise
+
+    def _record(self) -> None:
+        """Record, then act: on disk (fsynced) before the network and the first container, so
+        ``faultday recover`` removes them after a killed harness."""
+        if self._cleanup is not None:  # an earlier up's record stays until down() is clean
+            return
+        self._cleanup = docker_cleanup_record(
+            access=self.config.access(),
+            part_of=self.part_of,
+            run=secrets.token_hex(4),
+            containers=[self.container_name(s) for s in reversed(self.start_order())],
+            network=self.network,
+        )
+        self.ledger.add_cleanup(self._cleanup)
 
     def _create(self, service: str) -> Any:
         import docker
@@ -252,6 +282,9 @@ class DockerStack:
         self._containers.clear()
         if errors:
             raise StackError("docker teardown incomplete: " + "; ".join(errors))
+        if self._cleanup is not None:
+            self.ledger.cleanup_done(self._cleanup, ok=True)
+            self._cleanup = None
 
     def restart(self, component: str, *, timeout: float) -> None:
         c = self._container(component)

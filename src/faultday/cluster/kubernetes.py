@@ -14,8 +14,10 @@ target names that sidecar's API, so the proxy injectors work unchanged.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import re
+import secrets
 import select
 import subprocess
 import tempfile
@@ -28,10 +30,12 @@ from typing import TYPE_CHECKING, Any
 import psutil
 import yaml
 
+from faultday.cluster.cleanup import stack_cleanup_record
 from faultday.cluster.client import TEARDOWN_ORDER, ClusterError, KubernetesCluster
 from faultday.cluster.config import (
     NAME_LABEL,
     PART_OF_LABEL,
+    STACK_RUN_LABEL,
     DeployMode,
     EndpointMode,
     KubernetesConfig,
@@ -40,7 +44,7 @@ from faultday.cluster.config import (
 from faultday.cluster.guards import BlastRadius
 from faultday.engine.ledger import Ledger, ProcessRecord
 from faultday.errors import StackError
-from faultday.injectors.base import Target, TargetKind
+from faultday.injectors.base import Revert, Target, TargetKind
 from faultday.plugins import did_you_mean
 from faultday.stack.profile import StackProfile
 from faultday.stack.stack import ComponentInfo, EdgeInfo, StackInfo
@@ -150,6 +154,7 @@ class KubernetesStack:
         self._load_docs: list[dict[str, Any]] = []  # load Jobs etc. not yet deleted
         self._load_deleted: list[Callable[[], None]] = []  # told when they all are
         self._up = False
+        self._cleanup: Revert | None = None  # outstanding in the ledger until down() is clean
 
     # -- what the manifests say -------------------------------------------------------
 
@@ -277,8 +282,9 @@ class KubernetesStack:
         limit = timeout if timeout is not None else self.config.ready_timeout
         try:
             if self.config.mode == DeployMode.DEPLOY:
+                run = self._record_deploy()
                 for doc in self._docs:
-                    self.cluster.apply(doc)
+                    self.cluster.apply(_owned(doc, run))
             else:
                 self._check_attached()
             self._wait_ready(self.components(), limit)
@@ -291,6 +297,26 @@ class KubernetesStack:
                     log.error("after a failed up: %s", down_exc)  # noqa: TRY400 - no traceback wanted
             raise StackError(str(exc)) from exc
         self._up = True
+
+    def _teardown_docs(self) -> list[dict[str, Any]]:
+        rank = {k: i for i, k in enumerate(TEARDOWN_ORDER)}
+        return sorted(self._docs, key=lambda d: rank.get(str(d["kind"]), len(rank)))
+
+    def _record_deploy(self) -> str:
+        """Record, then act: on disk (fsynced) before the first apply, so ``faultday recover``
+        deletes the stack after a killed harness. Returns this deploy's ``stack-run`` label."""
+        if self._cleanup is not None:  # an earlier deploy's record stays until down() is clean
+            return str(self._cleanup.data["run"])
+        run = secrets.token_hex(4)
+        self._cleanup = stack_cleanup_record(
+            access=self.config.access,
+            guard=self.guard,
+            namespace=self.namespace,
+            run=run,
+            docs=self._teardown_docs(),
+        )
+        self.ledger.add_cleanup(self._cleanup)
+        return run
 
     def _check_attached(self) -> None:
         for c in self.components():
@@ -330,8 +356,8 @@ class KubernetesStack:
             if errors:
                 raise StackError("teardown incomplete: " + "; ".join(errors))
             return
-        rank = {k: i for i, k in enumerate(TEARDOWN_ORDER)}
-        for d in sorted(self._docs, key=lambda d: rank.get(str(d["kind"]), len(rank))):
+        stack_errors = []
+        for d in self._teardown_docs():
             try:
                 self.cluster.delete(
                     api_version=d["apiVersion"],
@@ -340,7 +366,11 @@ class KubernetesStack:
                     name=d["metadata"]["name"],
                 )
             except ClusterError as exc:
-                errors.append(str(exc))
+                stack_errors.append(str(exc))
+        if not stack_errors and self._cleanup is not None:
+            self.ledger.cleanup_done(self._cleanup, ok=True)
+            self._cleanup = None
+        errors += stack_errors
         if errors:
             raise StackError("teardown incomplete: " + "; ".join(errors))
 
@@ -519,10 +549,9 @@ class KubernetesStack:
             Touch("apply", d["kind"], self.namespace, d["metadata"]["name"], "up")
             for d in self._docs
         ]
-        rank = {k: i for i, k in enumerate(TEARDOWN_ORDER)}
         out += [
             Touch("delete", d["kind"], self.namespace, d["metadata"]["name"], "down")
-            for d in sorted(self._docs, key=lambda d: rank.get(str(d["kind"]), len(rank)))
+            for d in self._teardown_docs()
         ]
         return out
 
@@ -538,6 +567,14 @@ class KubernetesStack:
             f"label {PART_OF_LABEL}={self.part_of}"
         )
         return [head, *(str(t) for t in plan(self, scenario=scenario))]
+
+
+def _owned(doc: dict[str, Any], run: str) -> dict[str, Any]:
+    """``doc`` with this deploy's ``stack-run`` label (object metadata only: selectors and pod
+    templates stay as rendered, so a later deploy's apply is no immutable-field change)."""
+    out = copy.deepcopy(doc)
+    out["metadata"].setdefault("labels", {})[STACK_RUN_LABEL] = run
+    return out
 
 
 def _read_forward_port(proc: subprocess.Popen[bytes], *, timeout: float) -> int | None:
