@@ -8,13 +8,14 @@ policy in ``resilience.py`` is the only place that decides.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import json
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import redis.asyncio as aioredis
@@ -26,19 +27,15 @@ from redis.retry import Retry
 
 from faultday.stack.services.agent.resilience import Permanent, Retryable
 
-if TYPE_CHECKING:
-    import openai
-    from qdrant_client import AsyncQdrantClient
-
 log = logging.getLogger(__name__)
 
 MCP_PROTOCOL = "2026-07-28"  # pinned: no discovery round-trip per call
 
-# The SDKs of the LLM, Qdrant and MCP clients build hundreds of pydantic models at
-# import (~2 s of CPU together, most of the runtime's start). They are imported in a
-# thread once the app serves (``Sdks.preload``): /health answers 503 meanwhile, and a
-# request that needs them waits without blocking the event loop.
-SDK_MODULES = ("openai", "qdrant_client", "mcp")
+# The MCP SDK builds hundreds of pydantic models at import (~0.8 s of CPU, a third
+# of the runtime's start). It is imported in a thread once the app serves
+# (``Sdks.preload``): /health answers 503 meanwhile, and a request that needs it
+# waits without blocking the event loop.
+SDK_MODULES = ("mcp",)
 
 
 class Sdks:
@@ -116,26 +113,18 @@ class LlmReply:
 
 
 class Llm:
-    """An OpenAI-compatible endpoint (vLLM or the simulator)."""
+    """An OpenAI-compatible endpoint (vLLM or the simulator): ``POST /v1/chat/completions``.
 
-    def __init__(
-        self, base_url: str, model: str, *, max_tokens: int, sdks: Sdks | None = None
-    ) -> None:
+    Plain httpx, not the ``openai`` SDK: the runtime needs one non-streaming call,
+    and the SDK's ~0.5 s of import-time model building sat on every start.
+    """
+
+    def __init__(self, base_url: str, model: str, *, max_tokens: int) -> None:
         self.model = model
         self.max_tokens = max_tokens
-        self.base_url = base_url.rstrip("/") + "/v1"
-        self.sdks = sdks or Sdks()
-        self._client: openai.AsyncOpenAI | None = None
-
-    async def client(self) -> openai.AsyncOpenAI:
-        if self._client is None:
-            await self.sdks.ready()
-            import openai  # lazy: see SDK_MODULES (already imported here)
-
-            self._client = openai.AsyncOpenAI(
-                base_url=self.base_url, api_key="faultday", max_retries=0
-            )
-        return self._client
+        self.url = base_url.rstrip("/") + "/v1/chat/completions"
+        # vLLM started with --api-key wants a bearer token; the simulator ignores it.
+        self.http = httpx.AsyncClient(headers={"Authorization": "Bearer faultday"})
 
     async def chat(
         self,
@@ -144,53 +133,68 @@ class Llm:
         timeout: float,
         tools: list[dict[str, Any]] | None = None,
     ) -> LlmReply:
-        client = await self.client()
-        import openai  # lazy: see SDK_MODULES (already imported by client())
-
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": self.max_tokens,
+        }
+        if tools:
+            body["tools"] = tools
         try:
-            kwargs: dict[str, Any] = {"tools": tools} if tools else {}
-            resp = await client.chat.completions.create(
-                model=self.model,
-                messages=messages,  # type: ignore[arg-type]
-                max_tokens=self.max_tokens,
-                timeout=timeout,
-                **kwargs,
-            )
-        except openai.APIStatusError as exc:
-            raise _status_error(
-                exc.status_code, exc.message, _retry_after(exc.response.headers)
-            ) from exc
-        except (openai.APIConnectionError, openai.APITimeoutError) as exc:
+            resp = await self.http.post(self.url, json=body, timeout=timeout)
+        except httpx.HTTPError as exc:
             raise Retryable(f"{type(exc).__name__}: {exc}") from exc
-        except openai.OpenAIError as exc:
-            raise Permanent(f"{type(exc).__name__}: {exc}") from exc
-        if not resp.choices:
+        if resp.status_code >= 400:
+            raise _status_error(resp.status_code, _error_message(resp), _retry_after(resp.headers))
+        try:
+            data = resp.json()
+            choices = data.get("choices") or []
+        except (ValueError, AttributeError) as exc:
+            raise Permanent(f"llm: unexpected response: {resp.text[:200]}") from exc
+        if not choices or not isinstance(choices[0], dict):
             raise Retryable("empty completion (no choices)")
-        msg = resp.choices[0].message
-        calls = []
-        for tc in msg.tool_calls or []:
-            fn = getattr(tc, "function", None)
-            if fn is None:
-                continue
-            try:
-                args = json.loads(fn.arguments or "{}")
-            except json.JSONDecodeError:
-                args = {}
-            calls.append(
-                ToolCall(id=tc.id, name=fn.name, args=args if isinstance(args, dict) else {})
-            )
-        usage = getattr(resp, "usage", None)
-        tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+        msg = choices[0].get("message") or {}
+        usage = data.get("usage") or {}
         return LlmReply(
-            text=msg.content or "",
-            model=resp.model or self.model,
-            tool_calls=calls,
-            completion_tokens=tokens,
+            text=msg.get("content") or "",
+            model=data.get("model") or self.model,
+            tool_calls=_tool_calls(msg.get("tool_calls") or []),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
         )
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
+        await self.http.aclose()
+
+
+def _error_message(resp: httpx.Response) -> str:
+    """The OpenAI error body's message (``{"error": {"message": ...}}``), else the text."""
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        err = resp.json().get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:300]
+        if isinstance(err, str):
+            return err[:300]
+    return resp.text[:300]
+
+
+def _tool_calls(raw: list[Any]) -> list[ToolCall]:
+    calls = []
+    for tc in raw:
+        fn = tc.get("function") if isinstance(tc, dict) else None
+        if not isinstance(fn, dict):
+            continue
+        try:
+            args = json.loads(fn.get("arguments") or "{}")
+        except (json.JSONDecodeError, TypeError):
+            args = {}
+        calls.append(
+            ToolCall(
+                id=str(tc.get("id") or ""),
+                name=str(fn.get("name") or ""),
+                args=args if isinstance(args, dict) else {},
+            )
+        )
+    return calls
 
 
 class Embedder:
@@ -234,56 +238,45 @@ class Hit:
 
 
 class Vector:
-    """A Qdrant REST endpoint (the real server, or faultday's front over qdrant-edge)."""
+    """A Qdrant REST endpoint (the real server, or faultday's front over qdrant-edge).
 
-    def __init__(
-        self, base_url: str, *, collection: str, top_k: int, sdks: Sdks | None = None
-    ) -> None:
+    Plain httpx for its one call (``POST /collections/{name}/points/query``), not
+    ``qdrant-client``: that builds ~1 s of pydantic models at import, at every start.
+    """
+
+    def __init__(self, base_url: str, *, collection: str, top_k: int) -> None:
         self.collection = collection
         self.top_k = top_k
-        self.base_url = base_url
-        self.sdks = sdks or Sdks()
-        self._client: AsyncQdrantClient | None = None
-
-    async def client(self) -> AsyncQdrantClient:
-        if self._client is None:
-            await self.sdks.ready()
-            from qdrant_client import AsyncQdrantClient  # lazy: see SDK_MODULES
-
-            self._client = AsyncQdrantClient(
-                url=self.base_url, prefer_grpc=False, timeout=30, check_compatibility=False
-            )
-        return self._client
+        self.url = f"{base_url.rstrip('/')}/collections/{collection}/points/query"
+        self.http = httpx.AsyncClient()
 
     async def search(self, vector: list[float], *, timeout: float) -> list[Hit]:
-        client = await self.client()
-        from qdrant_client.http.exceptions import (  # lazy: see SDK_MODULES
-            ResponseHandlingException,
-            UnexpectedResponse,
-        )
-
+        body = {"query": vector, "limit": self.top_k, "with_payload": True}
         try:
-            res = await client.query_points(
-                self.collection,
-                query=vector,
-                limit=self.top_k,
-                with_payload=True,
-                timeout=max(1, int(timeout + 0.999)),
+            resp = await self.http.post(
+                self.url,
+                json=body,
+                # Qdrant's own server-side limit, in whole seconds, as qdrant-client sends it.
+                params={"timeout": max(1, int(timeout + 0.999))},
+                timeout=timeout,
             )
-        except UnexpectedResponse as exc:
-            raise _status_error(exc.status_code or 500, str(exc)[:200]) from exc
-        except (ResponseHandlingException, httpx.HTTPError) as exc:
+        except httpx.HTTPError as exc:
             raise Retryable(f"vector: {type(exc).__name__}: {exc}") from exc
-        hits = []
-        for p in res.points:
-            payload = p.payload or {}
-            text = str(payload.get("text") or payload.get("body") or payload.get("title") or "")
-            hits.append(Hit(id=str(p.id), score=float(p.score), text=text))
+        if not 200 <= resp.status_code < 300:
+            raise _status_error(resp.status_code, resp.text[:200])
+        try:
+            points = resp.json()["result"]["points"]
+            hits = []
+            for p in points:
+                payload = p.get("payload") or {}
+                text = str(payload.get("text") or payload.get("body") or payload.get("title") or "")
+                hits.append(Hit(id=str(p["id"]), score=float(p["score"]), text=text))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise Retryable(f"vector: unexpected response: {resp.text[:200]}") from exc
         return hits
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
+        await self.http.aclose()
 
 
 class Store:

@@ -83,14 +83,10 @@ class Runtime:
         self.tracer_provider = make_tracer_provider(service="faultday-agent", jsonl=traces)
         self.tracer: Tracer = self.tracer_provider.get_tracer("faultday.agent")
         self.res = Resilience(policy, self.metrics, self.tracer)
-        self.sdks = Sdks()  # shared by the clients; the app preloads it once it serves
+        self.sdks = Sdks()  # the MCP SDK, for Tools; the app preloads it once it serves
         m = cfg.models
-        self.llm_primary = Llm(
-            endpoints.llm_primary, m.primary, max_tokens=m.max_tokens, sdks=self.sdks
-        )
-        self.llm_backup = Llm(
-            endpoints.llm_backup, m.backup, max_tokens=m.max_tokens, sdks=self.sdks
-        )
+        self.llm_primary = Llm(endpoints.llm_primary, m.primary, max_tokens=m.max_tokens)
+        self.llm_backup = Llm(endpoints.llm_backup, m.backup, max_tokens=m.max_tokens)
         self.canary: CanarySplit | None = None
         self.llm_canary: Llm | None = None
         if m.canary is not None and endpoints.llm_canary:
@@ -99,7 +95,6 @@ class Runtime:
                 endpoints.llm_canary,
                 m.canary.model,
                 max_tokens=m.canary.max_tokens or m.max_tokens,
-                sdks=self.sdks,
             )
             self.metrics.breaker_state.labels("llm-canary").set(0)
         elif m.canary is not None and m.canary.share > 0:
@@ -113,7 +108,6 @@ class Runtime:
             endpoints.qdrant,
             collection=cfg.vector.collection,
             top_k=cfg.vector.top_k,
-            sdks=self.sdks,
         )
         self.store = Store(endpoints.redis, timeout=policy.timeouts.redis)
         self.tools = Tools(endpoints.tools, sdks=self.sdks)
