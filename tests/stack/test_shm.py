@@ -104,7 +104,7 @@ def test_recover_removes_what_a_dead_harness_left(tmp_path: Path, unlink_after: 
         ct = psutil.Process(p.pid).create_time()
         ledger.add_process(ProcessRecord("triton", p.pid, p.pid, ct))
         result = recover_run(tmp_path)  # what `faultday recover` runs
-        assert result.stopped >= 1
+        assert result.stopped == 1  # one message per record, the segments in it
         assert any(f"removed /dev/shm/{name}" in m for m in result.messages), result.messages
         assert not (shm.SHM_DIR / name).exists()
         assert stop_recorded_processes(ledger) == []

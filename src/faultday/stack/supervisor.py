@@ -533,8 +533,8 @@ def stop_recorded_processes(ledger: Ledger, *, grace: float = 3.0) -> list[str]:
             ledger.process_stopped(rec.pid)
             continue
         if same is None and not _group_alive(rec.pgid):
-            messages.append(f"{rec.component} pid={rec.pid}: already gone")
-            messages.extend(_removed_segments(rec, shm.leader_segments(rec.pid)))
+            gone = _removed_segments(shm.leader_segments(rec.pid))
+            messages.append(f"{rec.component} pid={rec.pid}: already gone{gone}")
             ledger.process_stopped(rec.pid)
             continue
         # Leader alive (verified), or leader gone with helpers left in its group: the
@@ -556,19 +556,16 @@ def stop_recorded_processes(ledger: Ledger, *, grace: float = 3.0) -> list[str]:
             while _group_alive(rec.pgid) and time.monotonic() < kill_deadline:
                 _reap_child(rec.pid)
                 time.sleep(0.02)
-        messages.append(f"{rec.component} pid={rec.pid}: {how}")
-        messages.extend(
-            _removed_segments(rec, segments.get(rec.pid, set()) | shm.leader_segments(rec.pid))
-        )
+        gone = _removed_segments(segments.get(rec.pid, set()) | shm.leader_segments(rec.pid))
+        messages.append(f"{rec.component} pid={rec.pid}: {how}{gone}")
         ledger.process_stopped(rec.pid)
     return messages
 
 
-def _removed_segments(rec: ProcessRecord, names: set[str]) -> list[str]:
+def _removed_segments(names: set[str]) -> str:
+    """Remove what the record's processes left in /dev/shm; a suffix for its message."""
     removed = shm.remove_orphaned(names)
-    if not removed:
-        return []
-    return [f"{rec.component} pid={rec.pid}: removed /dev/shm/{', '.join(removed)}"]
+    return f"; removed /dev/shm/{', /dev/shm/'.join(removed)}" if removed else ""
 
 
 def _reap_child(pid: int) -> None:
