@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -65,8 +66,34 @@ class Launch:
     shm_segments: bool = False  # remove its PyTriton /dev/shm segments once it is gone
 
 
+_LOWEST_PORT = 10000
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port(host: str = HOST) -> int:
-    """A port the kernel just handed out on ``host``; free at the moment of return."""
+    """A port free on ``host`` now, chosen below the kernel's ephemeral range.
+
+    Ports are planned before the processes that bind them start (the agent is
+    told its edges' ports up front). A port from the ephemeral range could be
+    taken meanwhile as the source port of any outgoing connection; one below it
+    can only be taken by another explicit bind.
+    """
+    high = _ephemeral_low() - 1
+    rng = random.SystemRandom()
+    for _ in range(64):  # bounded: a busy range falls back to the kernel's choice
+        port = rng.randint(_LOWEST_PORT, high) if high > _LOWEST_PORT else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
