@@ -137,3 +137,62 @@ def test_down_after_a_hard_kill_of_triton_leaves_no_segment(tmp_path: Path) -> N
         s.down()
     assert marked_processes(tmp_path) == []
     assert not {n for n in set(os.listdir(shm.SHM_DIR)) - before if shm.is_pytriton_segment(n)}
+
+
+# Like vLLM's API server after its EngineCore was killed: a process group holding a
+# multiprocessing message queue (psm_*) and a named semaphore (sem.mp-*) whose leader
+# exits by itself. The resource tracker is told to forget both, as a SIGKILLed tracker
+# would; the supervisor noted them while the group was up and removes them once it is gone.
+MQ_HOLDER = """
+import multiprocessing as mp, os, socket, sys, time
+from multiprocessing import resource_tracker, shared_memory
+seg = shared_memory.SharedMemory(create=True, size=4096)
+resource_tracker.unregister(seg._name, "shared_memory")
+lock = mp.get_context("spawn").Lock()
+resource_tracker.unregister(lock._semlock.name, "semaphore")
+print(seg.name, lock._semlock.name, flush=True)
+srv = socket.create_server(("127.0.0.1", int(sys.argv[1])))
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.02)
+os._exit(1)
+"""
+
+
+def test_a_component_that_dies_by_itself_leaves_no_queue_or_semaphore(tmp_path: Path) -> None:
+    from faultday.stack.profile import ProbeSpec, RestartSpec
+    from faultday.stack.supervisor import Launch, Supervisor, free_port
+
+    port, go = free_port(), tmp_path / "die-now"
+    log = tmp_path / "holder.log"
+    sup = Supervisor(ledger=Ledger.in_dir(tmp_path))
+    launch = Launch(
+        component="holder",
+        argv=(sys.executable, "-c", MQ_HOLDER, str(port), str(go)),
+        env=dict(os.environ),
+        log_path=log,
+        cwd=tmp_path,
+        restart=RestartSpec(),
+        stop_grace=2.0,
+        shm_segments=True,
+    )
+    names: list[str] = []
+    try:
+        sup.start(launch)
+        sup.wait_ready("holder", ProbeSpec(kind="tcp"), port=port, timeout=20)
+        names = [n.lstrip("/") for n in log.read_text().split()[-2:]]
+        assert names[0].startswith("psm_") and names[1].startswith("mp-"), names
+        files = [shm.SHM_DIR / names[0], shm.SHM_DIR / f"sem.{names[1]}"]
+        assert all(f.exists() for f in files)
+        go.touch()
+        deadline = time.monotonic() + 10
+        while any(f.exists() for f in files) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(f.exists() for f in files), [f for f in files if f.exists()]
+    finally:
+        sup.stop_all()
+        for f in (shm.SHM_DIR / n for n in names[:1]):
+            with contextlib.suppress(FileNotFoundError):
+                f.unlink()
+        if len(names) > 1:
+            with contextlib.suppress(FileNotFoundError):
+                (shm.SHM_DIR / f"sem.{names[1]}").unlink()

@@ -28,7 +28,10 @@ log = logging.getLogger(__name__)
 
 SHM_DIR = Path("/dev/shm")  # noqa: S108 - the POSIX shared-memory mount, not a temp file
 PROC = Path("/proc")
-_NAME = re.compile(r"^(?:psm_[0-9a-f]+|pytrtion\d+-[0-9a-f-]+)$")
+# psm_*: multiprocessing.shared_memory blocks (PyTriton's TensorStore, vLLM's message
+# queues); sem.mp-*: multiprocessing's named semaphores. Both are normally unlinked by
+# Python's resource tracker, which a SIGKILLed process group takes down with it.
+_NAME = re.compile(r"^(?:psm_[0-9a-f]+|pytrtion\d+-[0-9a-f-]+|sem\.mp-[0-9a-z_]+)$")
 
 
 def is_pytriton_segment(name: str) -> bool:
@@ -98,7 +101,29 @@ def _mapped(pid: int, *, proc: Path) -> set[str]:
     except OSError:  # gone, or not ours to read
         return set()
     # The path is the 6th field; it is absent for anonymous mappings.
-    return _names_in(parts[5] for ln in lines if len(parts := ln.split(maxsplit=5)) == 6)
+    rows = [parts for ln in lines if len(parts := ln.split(maxsplit=5)) == 6]
+    names = _names_in(parts[5] for parts in rows)
+    # glibc makes a named semaphore under a temporary name, links it to its real one
+    # and unlinks the temporary: the mapping shows "sem.XXXXXX (deleted)". The inode
+    # is the same, so such mappings are matched to /dev/shm entries by inode.
+    hidden = {
+        int(parts[4])
+        for parts in rows
+        if parts[5].startswith(f"{SHM_DIR}/") and parts[5].endswith(" (deleted)")
+    }
+    if hidden:
+        names |= _by_inode(hidden)
+    return names
+
+
+def _by_inode(inodes: set[int]) -> set[str]:
+    out = set()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(SHM_DIR):
+            with contextlib.suppress(OSError):
+                if is_pytriton_segment(entry.name) and entry.inode() in inodes:
+                    out.add(entry.name)
+    return out
 
 
 def _names_in(paths: Iterable[str]) -> set[str]:

@@ -39,6 +39,7 @@ LOG_TAIL_LINES = 20
 MONITOR_INTERVAL = 0.1
 # A process that stayed up this long has recovered; its backoff starts over.
 HEALTHY_RESET_S = 30.0
+SEGMENT_SCAN_S = 2.0  # how often the monitor notes the shared memory of components that use it
 STATUS_LINE_MAX = 1024
 
 
@@ -205,7 +206,8 @@ class Managed:
         self.started_at = 0.0
         self.next_restart_at = 0.0
         self.last_exit: int | None = None
-        self.segments: set[str] = set()  # shared memory seen held by its group at stop
+        self.segments: set[str] = set()  # shared memory seen held by its group
+        self.segments_seen_at = 0.0
 
     @property
     def pid(self) -> int | None:
@@ -288,6 +290,7 @@ class Supervisor:
             if code is not None:
                 raise self._failure(m, f"exited with code {code} before it was ready")
             if probe_once(probe, host=HOST, port=port, timeout=min(1.0, limit)):
+                self._note_segments(m)
                 return
             if time.monotonic() >= deadline:
                 what = probe.path if probe.kind == ProbeKind.HTTP else probe.kind.value
@@ -295,6 +298,12 @@ class Supervisor:
                     m, f"not ready after {limit:g}s (probe {probe.kind} {HOST}:{port} {what})"
                 )
             time.sleep(probe.interval)
+
+    def _note_segments(self, m: Managed) -> None:
+        """Remember the shared memory its group holds now: a SIGKILL would leave it behind."""
+        if m.launch.shm_segments and m.record is not None:
+            m.segments |= shm.held_segments(group_pids(m.record.pgid))
+            m.segments_seen_at = time.monotonic()
 
     def _failure(self, m: Managed, why: str) -> StackError:
         lines = tail(m.launch.log_path)
@@ -479,13 +488,18 @@ class Supervisor:
         if code is None:
             if now - m.started_at > HEALTHY_RESET_S:
                 m.failures = 0
+            if m.launch.shm_segments and now - m.segments_seen_at > SEGMENT_SCAN_S:
+                self._note_segments(m)  # a restarted instance makes new ones
             return
         assert m.record is not None
         # The leader is gone; do not leave its helpers behind before respawning.
         _signal_group(m.record.pgid, signal.SIGKILL)
         if m.launch.shm_segments:
             # Killed, not stopped: only its leader-named region is known by now.
-            self._dead_groups.append((m.record.pgid, shm.leader_segments(m.record.pid)))
+            self._dead_groups.append(
+                (m.record.pgid, m.segments | shm.leader_segments(m.record.pid))
+            )
+            m.segments = set()
         self.ledger.process_stopped(m.record.pid)
         m.last_exit = code
         self._event(m.launch.component, f"exited code={code}")

@@ -154,6 +154,8 @@ _TYPES: tuple[ComponentType, ...] = (
         module="faultday.stack.vllm_launcher",
         # SIGTERM lets the API server stop EngineCore and its worker in order.
         stop_grace=10.0,
+        # Its message queues (psm_*) and semaphores (sem.mp-*) outlive a killed EngineCore.
+        shm_segments=True,
     ),
     ComponentType(
         name="proxy",
