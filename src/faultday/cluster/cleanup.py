@@ -19,7 +19,7 @@ someone else, or re-created by a later deploy, is refused. Gone is fine.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import JsonValue
@@ -176,6 +176,18 @@ def _delete_one(
     return f"deleted {what}" if gone else f"{what} already gone"
 
 
+def _in_recorded_cluster(
+    record: Revert, delete: Callable[[KubernetesCluster, Revert], list[str]]
+) -> list[str]:
+    """Run ``delete`` against the cluster (and blast radius) the record was written for."""
+    access = ClusterAccess.model_validate(record.data["access"])
+    cluster = KubernetesCluster(access, BlastRadius.from_json(record.data["guard"]))
+    try:
+        return delete(cluster, record)
+    finally:
+        cluster.close()
+
+
 class LoadObjectsCleanup(Cleanup):
     """Delete a crashed run's load Jobs, master Service and ConfigMap (by name and run label)."""
 
@@ -183,12 +195,7 @@ class LoadObjectsCleanup(Cleanup):
     summary = "Kubernetes: delete the load objects a crashed run left behind"
 
     def cleanup(self, record: Revert) -> list[str]:
-        access = ClusterAccess.model_validate(record.data["access"])
-        cluster = KubernetesCluster(access, BlastRadius.from_json(record.data["guard"]))
-        try:
-            return delete_load_objects(cluster, record)
-        finally:
-            cluster.close()
+        return _in_recorded_cluster(record, delete_load_objects)
 
 
 class StackObjectsCleanup(Cleanup):
@@ -198,12 +205,7 @@ class StackObjectsCleanup(Cleanup):
     summary = "Kubernetes: delete the stack objects a crashed run deployed"
 
     def cleanup(self, record: Revert) -> list[str]:
-        access = ClusterAccess.model_validate(record.data["access"])
-        cluster = KubernetesCluster(access, BlastRadius.from_json(record.data["guard"]))
-        try:
-            return delete_stack_objects(cluster, record)
-        finally:
-            cluster.close()
+        return _in_recorded_cluster(record, delete_stack_objects)
 
 
 # -- Docker ------------------------------------------------------------------------------
