@@ -50,7 +50,9 @@ def test_latency_within_tolerance(client: ToxiproxyClient, edge: int) -> None:
         client.add_toxic("edge", type="latency", attributes={"latency": 60})
         got = statistics.median(rtt(s) for _ in range(5))  # an existing connection is affected
     # Behaviour, not precision (bench/proxy measures that): the toxic delays an open connection.
-    assert 0.058 <= got - base <= 0.1, (base, got)
+    # The lower bound is on the delayed round trip itself: a base inflated by a busy CI
+    # machine (4 ms once) must not make a correctly delayed one look short.
+    assert got >= 0.058 and got - base <= 0.1, (base, got)
 
 
 def test_upstream_stream_and_toxicity_zero(client: ToxiproxyClient, edge: int) -> None:
