@@ -5,16 +5,47 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from tests.real.realstack import REAL_PYTHON, ROOT, Servers
 
+from faultday.stack import shm
+
 OBSERVED = pytest.StashKey[dict[str, dict[str, object]]]()
 # What real vLLM did, per test: printed at the end of the run and written here
 # (git-ignored), so CI logs keep the figures docs/real-vllm.md quotes.
 OBSERVED_FILE = ROOT / "reports" / "real-vllm-observed.json"
+# An orderly vLLM exit unlinks its shared memory within ~2 s of the engine's death.
+SHM_SETTLE_S = 5.0
+
+
+def _shm_names() -> set[str]:
+    try:
+        return {n for n in os.listdir(shm.SHM_DIR) if shm.is_pytriton_segment(n)}
+    except OSError:
+        return set()
+
+
+@pytest.fixture(autouse=True)
+def no_shared_memory_left() -> Iterator[None]:
+    """Fail a test after which new psm_*/sem.mp-* are in /dev/shm with no live process mapping them.
+
+    vLLM's message queues are ~400 MB a server; a SIGKILLed process group takes
+    the resource tracker that would unlink them down with it. The leftovers are
+    removed, so the next test starts clean. (Another suite leaking at the same
+    moment on this machine would be reported here too.)
+    """
+    before = _shm_names()
+    yield
+    deadline = time.monotonic() + SHM_SETTLE_S
+    while (left := shm.orphaned(_shm_names() - before)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if left:
+        shm.remove_orphaned(left)
+        pytest.fail(f"left in /dev/shm with no process mapping them: {sorted(left)}")
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from faultday.injectors.base import Target, TargetKind
+from faultday.stack import shm
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL_VENV = Path(os.environ.get("FAULTDAY_REAL_VENV", str(ROOT / ".venv-real")))
@@ -150,16 +151,26 @@ def start_sim(log_dir: Path, *args: str, name: str = "llmsim") -> Server:
 
 
 def stop(server: Server) -> None:
-    """Kill the server's process group and every process it ever had, by PID."""
-    server.remember_tree()
+    """Kill the server's process group and every process it ever had, by PID.
+
+    The SIGKILL takes Python's resource tracker down with the group, so the
+    shared memory vLLM's processes map (message queues, semaphores) is noted
+    first, with the group frozen so that none appears after the look, and
+    removed once no live process maps it.
+    """
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(server.pid, signal.SIGKILL)  # start_new_session: group id = pid
+        os.killpg(server.pid, signal.SIGSTOP)  # start_new_session: group id = pid
+    server.remember_tree()
+    segments = shm.held_segments([server.pid, *(p.pid for p in server.tree)])
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(server.pid, signal.SIGKILL)
     for proc in server.tree:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()  # SIGKILL also ends a SIGSTOPped process
     with contextlib.suppress(subprocess.TimeoutExpired):
         server.proc.wait(timeout=15)
     psutil.wait_procs(server.tree, timeout=15)
+    shm.remove_orphaned(segments)
 
 
 def alive(procs: list[psutil.Process]) -> list[psutil.Process]:

@@ -67,14 +67,8 @@ def remove_orphaned(
     names: Iterable[str], *, shm_dir: Path = SHM_DIR, proc: Path = PROC
 ) -> list[str]:
     """Unlink each named segment that still exists and that no live process maps."""
-    todo = {n for n in names if is_pytriton_segment(n) and (shm_dir / n).exists()}
-    if not todo:
-        return []
-    in_use: set[str] = set()
-    for pid in _proc_pids(proc):
-        in_use |= _mapped(pid, proc=proc) & todo
     removed = []
-    for name in sorted(todo - in_use):
+    for name in sorted(orphaned(names, shm_dir=shm_dir, proc=proc)):
         try:
             (shm_dir / name).unlink()
         except FileNotFoundError:
@@ -86,6 +80,17 @@ def remove_orphaned(
     if removed:
         log.info("removed %d shared-memory segments left by killed processes", len(removed))
     return removed
+
+
+def orphaned(names: Iterable[str], *, shm_dir: Path = SHM_DIR, proc: Path = PROC) -> set[str]:
+    """The named segments that still exist in /dev/shm and that no live process maps."""
+    todo = {n for n in names if is_pytriton_segment(n) and (shm_dir / n).exists()}
+    if not todo:
+        return set()
+    in_use: set[str] = set()
+    for pid in _proc_pids(proc):
+        in_use |= _mapped(pid, proc=proc) & todo
+    return todo - in_use
 
 
 def _proc_pids(proc: Path) -> list[int]:
