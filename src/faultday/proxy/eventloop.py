@@ -36,5 +36,32 @@ class PreciseEpollSelector(selectors.EpollSelector):
         return super().select(0)
 
 
+class SpinBudget:
+    """CPU time one proxy may spend polling instead of sleeping: a token bucket.
+
+    Waking from a timer on a VM costs 0.1 ms at p50 and ~0.9 ms at p99 (a vCPU
+    leaving idle), so the last stretch of an injected delay is polled instead;
+    the budget keeps a busy latency toxic from turning that into a burnt core.
+    """
+
+    __slots__ = ("burst", "rate", "stamp", "tokens")
+
+    def __init__(self, rate: float = 0.05, burst: float = 0.05) -> None:
+        self.rate = rate  # seconds of polling allowed per second
+        self.burst = burst
+        self.tokens = burst
+        self.stamp = time.monotonic()
+
+    def take(self, want: float) -> bool:
+        """Spend ``want`` seconds of polling; False (nothing spent) when over budget."""
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if want > self.tokens:
+            return False
+        self.tokens -= want
+        return True
+
+
 def new_event_loop() -> asyncio.AbstractEventLoop:
     return asyncio.SelectorEventLoop(PreciseEpollSelector())

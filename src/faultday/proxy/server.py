@@ -23,7 +23,7 @@ from pydantic import JsonValue
 
 from faultday.errors import FaultdayError
 from faultday.proxy.counters import LiveCounters, ProxyCounters
-from faultday.proxy.eventloop import new_event_loop
+from faultday.proxy.eventloop import SpinBudget, new_event_loop
 from faultday.proxy.models import ProxySpec, split_hostport
 from faultday.proxy.native import KIND_HTTP, Counters, NativeRelay, Released, discard
 from faultday.proxy.relay import Connection, PipePool
@@ -73,6 +73,7 @@ class Proxy:
             self.counters.native = Counters()
         self.connections: set[Connection] = set()
         self.pipes = PipePool()
+        self.spin = SpinBudget()
         self.changed: asyncio.Future[None] = loop.create_future()
         self._lsock: socket.socket | None = None
         self._addr: tuple[int, tuple[str, int]] | None = None
