@@ -132,16 +132,20 @@ class ApiServer:
     port: int
 
 
-def _spawn(argv: list[str], api_url: str, ready_line: str | None) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=HERE
-    )
+def _spawn(
+    argv: list[str], api_url: str, ready_line: str | None, log: Path
+) -> subprocess.Popen[str]:
+    # Output goes to a file, never to an unread pipe: toxiproxy-server logs a JSON
+    # line per request and connection and blocks every goroutine once a pipe is full.
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True, cwd=HERE)
     try:
-        if ready_line is not None:
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            assert line.startswith(ready_line), f"no readiness line, got {line!r}"
         wait_http(api_url + "/version", proc=proc)
+        if ready_line is not None:
+            deadline = time.monotonic() + 5
+            while not log.read_text().startswith(ready_line):
+                assert time.monotonic() < deadline, f"no readiness line in {log}"
+                time.sleep(0.02)
     except BaseException:
         stop(proc)
         raise
@@ -149,15 +153,18 @@ def _spawn(argv: list[str], api_url: str, ready_line: str | None) -> subprocess.
 
 
 @pytest.fixture(scope="module", params=["faultday", "toxiproxy"])
-def api_server(request: pytest.FixtureRequest) -> Iterator[ApiServer]:
+def api_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ApiServer]:
     """A Toxiproxy-API server as a process: ``python -m faultday.proxy`` or the real one."""
     port = free_port()
+    log = tmp_path_factory.mktemp("api-server") / f"{request.param}.log"
     url = f"http://127.0.0.1:{port}"
     if request.param == "toxiproxy":
         binary = shutil.which("toxiproxy-server")
         if binary is None:
             pytest.skip(REAL_SKIP)
-        proc = _spawn([binary, "-host", "127.0.0.1", "-port", str(port)], url, None)
+        proc = _spawn([binary, "-host", "127.0.0.1", "-port", str(port)], url, None, log)
     else:
         argv = [
             sys.executable,
@@ -168,7 +175,7 @@ def api_server(request: pytest.FixtureRequest) -> Iterator[ApiServer]:
             "--log-level",
             "warning",
         ]
-        proc = _spawn(argv, url, "faultday-proxy ready")
+        proc = _spawn(argv, url, "faultday-proxy ready", log)
     try:
         yield ApiServer(request.param, url, "127.0.0.1", port)
     finally:

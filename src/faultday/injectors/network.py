@@ -43,7 +43,11 @@ class LatencyParams(_TcpParams):
 
 
 class ResetParams(_TcpParams):
-    after: Duration = Field(default=0.0, description="RST this long after the fault starts")
+    after: Duration = Field(
+        default=0.0,
+        description="RST a connection this long after data first reaches the fault "
+        "(Toxiproxy's reset_peer: idle connections are left alone; what arrived is dropped)",
+    )
 
 
 class TimeoutParams(_TcpParams):
@@ -199,7 +203,7 @@ class Latency(ToxicInjector):
 
 
 class Reset(ToxicInjector):
-    """Reset (TCP RST) connections on an edge, right away or after a delay."""
+    """Reset (TCP RST) the connections that carry data on an edge, at once or after a delay."""
 
     name: ClassVar[str] = "reset"
     summary: ClassVar[str] = "TCP RST on an edge's connections (ECONNRESET)"

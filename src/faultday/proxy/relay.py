@@ -494,18 +494,16 @@ class Direction:
             await self._idle(chain)
 
     async def _idle(self, chain: list[Link]) -> None:
-        """Wait for data; timeout and reset_peer act on their own clock, data or not."""
+        """Wait for data; a timeout toxic acts on its own clock, data or not."""
         now = time.monotonic()
         wait: float | None = None
         for link in chain:
             attrs = link.toxic.attrs
-            if isinstance(attrs, TimeoutAttrs | ResetPeerAttrs) and attrs.timeout > 0:
+            if isinstance(attrs, TimeoutAttrs) and attrs.timeout > 0 and link.live:
                 left = link.attached + attrs.timeout / 1000.0 - now
                 if left <= 0:
                     self._timer_fired(link)
                 wait = left if wait is None else min(wait, left)
-            elif isinstance(attrs, ResetPeerAttrs):
-                self._timer_fired(link)
         await self._wait(wait)
 
     def _timer_fired(self, link: Link) -> None:
@@ -722,10 +720,8 @@ class Direction:
             return
         elif isinstance(attrs, TimeoutAttrs):
             await self._hold(link, attrs)
-        elif isinstance(attrs, ResetPeerAttrs) and (
-            time.monotonic() >= link.attached + attrs.timeout / 1000.0
-        ):
-            self._timer_fired(link)
+        elif isinstance(attrs, ResetPeerAttrs):
+            await self._reset_after(link)
         await self._through(chain, i + 1, ts, data)
 
     async def _bandwidth(
@@ -786,6 +782,22 @@ class Direction:
             self.counters.acted(link.toxic.type)
             self.conn.close()
             raise ConnectionGone
+
+    async def _reset_after(self, link: Link) -> None:
+        """reset_peer, as Toxiproxy does it: data reaching the toxic starts its clock,
+        is held, and the connection is reset (RST) ``timeout`` ms later (0: at once).
+
+        An idle connection is never reset. Removed before it fires, the held data
+        passes on (Toxiproxy drops it).
+        """
+        start = time.monotonic()
+        while link.live:
+            attrs = link.toxic.attrs
+            assert isinstance(attrs, ResetPeerAttrs)
+            deadline = start + attrs.timeout / 1000.0
+            if time.monotonic() >= deadline:
+                self._timer_fired(link)
+            await self._sleep_until(deadline)
 
     async def _hold(self, link: Link, attrs: TimeoutAttrs) -> None:
         """timeout: nothing passes; close after ``timeout`` ms (0 = hold until removed)."""
