@@ -263,8 +263,16 @@ def bulk(port: int, *, size: int, upstream: bool) -> float:
 
 # ---- the proxies under test ----------------------------------------------------------------
 @contextlib.contextmanager
-def process(argv: list[str], *, ready: str | None = None) -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+def process(
+    argv: list[str],
+    *,
+    ready: str | None = None,
+    env: dict[str, str] | None = None,
+    stdout: int = subprocess.PIPE,
+) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        argv, stdout=stdout, stderr=subprocess.DEVNULL, text=True, env=env and {**os.environ, **env}
+    )
     try:
         if ready is not None:
             assert proc.stdout is not None
@@ -596,7 +604,10 @@ def main() -> int:
         binary = shutil.which("toxiproxy-server")
         if binary:
             api_port = free_port()
-            with process([binary, "-host", "127.0.0.1", "-port", str(api_port)]):
+            # Like faultday's proxy (--log-level warning): no log line per connection.
+            argv = [binary, "-host", "127.0.0.1", "-port", str(api_port)]
+            # Its output is not read: an unread pipe would block it once full.
+            with process(argv, env={"LOG_LEVEL": "warn"}, stdout=subprocess.DEVNULL):
                 url = f"http://127.0.0.1:{api_port}"
                 wait_api(url)
                 results["toxiproxy-server"] = repeated(
