@@ -110,6 +110,29 @@ def test_reset_peer_resets_after_data_starts_its_clock(
         assert 0.09 <= time.perf_counter() - t0 < 1.0
 
 
+def test_removing_reset_peer_before_it_fires_does_not_hang(
+    api_server: ApiServer, client: ToxiproxyClient, edge: int
+) -> None:
+    client.add_toxic("edge", type="reset_peer", attributes={"timeout": 1000})
+    with connect(edge) as s:
+        s.sendall(b"ping")  # starts the toxic's clock
+        time.sleep(0.05)
+        t0 = time.perf_counter()
+        client.delete_toxic("edge", "reset_peer_downstream")
+        took = time.perf_counter() - t0
+        if api_server.kind == "faultday":
+            assert took < 0.3, took  # removal is immediate ...
+            s.settimeout(2)
+            assert s.recv(10) == b"ping"  # ... and the held data passes on
+            assert rtt(s, 10) < 0.5
+        else:
+            # Toxiproxy 2.12's reset_peer waits on a bare timer, deaf to removal: the
+            # DELETE hangs until the timeout has run out, and the reset happens anyway.
+            assert took > 0.8, took
+            with pytest.raises(ConnectionResetError):
+                read_all(s, limit=2)
+
+
 def test_limit_data_cuts_at_the_limit(client: ToxiproxyClient, edge: int) -> None:
     client.add_toxic("edge", type="limit_data", attributes={"bytes": 1000})
     with connect(edge) as s:
