@@ -109,7 +109,7 @@ def main() -> int:
                 "cpu_s_at_up": cpu,
                 "agent_sdks_loaded_s": warm,
                 "left_behind": len(strays(run_dir)),
-                "shm_left_behind": sorted(n for n in shm_left if shm.is_pytriton_segment(n)),
+                "shm_left_behind": sorted(n for n in shm_left if shm.is_python_shm(n)),
             }
         )
         time.sleep(1.0)  # let ports settle between cycles

@@ -24,7 +24,7 @@ SHM_SETTLE_S = 5.0
 
 def _shm_names() -> set[str]:
     try:
-        return {n for n in os.listdir(shm.SHM_DIR) if shm.is_pytriton_segment(n)}
+        return {n for n in os.listdir(shm.SHM_DIR) if shm.is_python_shm(n)}
     except OSError:
         return set()
 

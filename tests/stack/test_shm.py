@@ -136,7 +136,7 @@ def test_down_after_a_hard_kill_of_triton_leaves_no_segment(tmp_path: Path) -> N
     finally:
         s.down()
     assert marked_processes(tmp_path) == []
-    assert not {n for n in set(os.listdir(shm.SHM_DIR)) - before if shm.is_pytriton_segment(n)}
+    assert not {n for n in set(os.listdir(shm.SHM_DIR)) - before if shm.is_python_shm(n)}
 
 
 # Like vLLM's API server after its EngineCore was killed: a process group holding a

@@ -1,14 +1,16 @@
-"""PyTriton's POSIX shared-memory segments: find the ones a run's processes hold, remove leftovers.
+"""Python shared memory in /dev/shm (PyTriton's, vLLM's): find what a run holds, remove leftovers.
 
-An orderly PyTriton stop unlinks its segments; a SIGKILL (an escalated stop, a
-process_kill fault, ``faultday recover`` after a crash) leaves them in /dev/shm,
-hundreds of MB each on paper. Two kinds, both recognisable by name:
+An orderly stop unlinks these; a SIGKILL of a process group (an escalated stop, a
+process_kill fault, ``faultday recover`` after a crash) takes Python's resource
+tracker down too and leaves them in /dev/shm, hundreds of MB each on paper.
+Three kinds, all recognisable by name:
 
 * ``pytrtion<pid>-…`` (sic): the Python backend's region, named after the PyTriton
   process that started tritonserver, so the component's leader PID names it;
-* ``psm_<hex>``: ``multiprocessing.shared_memory`` blocks of PyTriton's TensorStore
-  (only with ``--tensor-store``); anonymous, so they must be seen mapped by the run's
-  processes before those die.
+* ``psm_<hex>``: ``multiprocessing.shared_memory`` blocks (PyTriton's TensorStore
+  with ``--tensor-store``, vLLM's message queues); anonymous, so they must be seen
+  mapped by the run's processes before those die;
+* ``sem.mp-…``: multiprocessing's named semaphores (vLLM), seen the same way.
 
 A segment is removed only when it belongs to the run (its leader's name, or seen
 mapped by the run's processes) *and* no live process maps it any more; another
@@ -34,12 +36,13 @@ PROC = Path("/proc")
 _NAME = re.compile(r"^(?:psm_[0-9a-f]+|pytrtion\d+-[0-9a-f-]+|sem\.mp-[0-9a-z_]+)$")
 
 
-def is_pytriton_segment(name: str) -> bool:
+def is_python_shm(name: str) -> bool:
+    """A segment or semaphore Python's multiprocessing makes (PyTriton's, vLLM's)."""
     return bool(_NAME.match(name))
 
 
 def held_segments(pids: Iterable[int], *, proc: Path = PROC) -> set[str]:
-    """Names of PyTriton segments in /dev/shm that these processes map or hold open."""
+    """Names of Python shared-memory segments in /dev/shm these processes map or hold open."""
     names: set[str] = set()
     for pid in pids:
         names |= _mapped(pid, proc=proc)
@@ -55,9 +58,7 @@ def leader_segments(pid: int, *, shm_dir: Path = SHM_DIR) -> set[str]:
     prefix = f"pytrtion{pid}-"
     try:
         return {
-            p.name
-            for p in shm_dir.iterdir()
-            if p.name.startswith(prefix) and is_pytriton_segment(p.name)
+            p.name for p in shm_dir.iterdir() if p.name.startswith(prefix) and is_python_shm(p.name)
         }
     except OSError:
         return set()
@@ -84,7 +85,7 @@ def remove_orphaned(
 
 def orphaned(names: Iterable[str], *, shm_dir: Path = SHM_DIR, proc: Path = PROC) -> set[str]:
     """The named segments that still exist in /dev/shm and that no live process maps."""
-    todo = {n for n in names if is_pytriton_segment(n) and (shm_dir / n).exists()}
+    todo = {n for n in names if is_python_shm(n) and (shm_dir / n).exists()}
     if not todo:
         return set()
     in_use: set[str] = set()
@@ -126,7 +127,7 @@ def _by_inode(inodes: set[int]) -> set[str]:
     with contextlib.suppress(OSError):
         for entry in os.scandir(SHM_DIR):
             with contextlib.suppress(OSError):
-                if is_pytriton_segment(entry.name) and entry.inode() in inodes:
+                if is_python_shm(entry.name) and entry.inode() in inodes:
                     out.add(entry.name)
     return out
 
@@ -137,6 +138,6 @@ def _names_in(paths: Iterable[str]) -> set[str]:
     for path in paths:
         if path.startswith(prefix):
             name = path[len(prefix) :].removesuffix(" (deleted)")
-            if is_pytriton_segment(name):
+            if is_python_shm(name):
                 out.add(name)
     return out
