@@ -47,6 +47,19 @@ def _object_list(docs: Sequence[dict[str, Any]]) -> list[JsonValue]:
     return [[str(d["apiVersion"]), str(d["kind"]), str(d["metadata"]["name"])] for d in docs]
 
 
+def _data(
+    access: ClusterAccess, guard: BlastRadius, namespace: str, run: str, objects: list[JsonValue]
+) -> dict[str, JsonValue]:
+    """What a Kubernetes cleanup needs to rebuild its access and find its objects."""
+    return {
+        "access": access.model_dump(mode="json"),
+        "guard": guard.to_json(),
+        "namespace": namespace,
+        "run": run,
+        "objects": objects,
+    }
+
+
 def load_cleanup_record(
     *,
     access: ClusterAccess,
@@ -63,13 +76,7 @@ def load_cleanup_record(
         fault="load",
         target=f"{namespace}/{prefix}",
         action="delete_load_objects",
-        data={
-            "access": access.model_dump(mode="json"),
-            "guard": guard.to_json(),
-            "namespace": namespace,
-            "run": run,
-            "objects": objects,
-        },
+        data=_data(access, guard, namespace, run, objects),
     )
 
 
@@ -87,13 +94,7 @@ def stack_cleanup_record(
         fault="stack",
         target=f"{namespace}/{guard.part_of}",
         action="delete_stack_objects",
-        data={
-            "access": access.model_dump(mode="json"),
-            "guard": guard.to_json(),
-            "namespace": namespace,
-            "run": run,
-            "objects": _object_list(docs),
-        },
+        data=_data(access, guard, namespace, run, _object_list(docs)),
     )
 
 
