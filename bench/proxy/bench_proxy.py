@@ -271,7 +271,11 @@ def process(
     stdout: int = subprocess.PIPE,
 ) -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen(
-        argv, stdout=stdout, stderr=subprocess.DEVNULL, text=True, env=env and {**os.environ, **env}
+        argv,
+        stdout=stdout,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=None if env is None else {**os.environ, **env},
     )
     try:
         if ready is not None:
