@@ -145,13 +145,14 @@ def delete_recorded(
             continue
         lines.append(line)
     if errors:
-        done = f"; done: {', '.join(lines)}" if lines else ""
-        raise RevertError(
-            "; ".join(errors)
-            + f" (left behind; check with: kubectl get {kinds} -n {ns} -l {run_label}={run})"
-            + done
-        )
+        raise _left_behind(errors, lines, f"kubectl get {kinds} -n {ns} -l {run_label}={run}")
     return lines
+
+
+def _left_behind(errors: list[str], done: list[str], check: str) -> RevertError:
+    """A cleanup that removed only part: what failed, how to look, and what was removed."""
+    removed = f"; done: {', '.join(done)}" if done else ""
+    return RevertError(f"{'; '.join(errors)} (left behind; check with: {check}){removed}")
 
 
 def _delete_one(
@@ -257,12 +258,7 @@ def remove_docker_stack(client: Any, record: Revert) -> list[str]:
             errors.append(f"{kind} {name}: {exc}")
     if errors:
         sel = ",".join(f"{k}={v}" for k, v in owner.items())
-        done = f"; done: {', '.join(lines)}" if lines else ""
-        raise RevertError(
-            "; ".join(errors)
-            + f" (left behind; check with: docker ps -a --filter label={sel})"
-            + done
-        )
+        raise _left_behind(errors, lines, f"docker ps -a --filter label={sel}")
     return lines
 
 
