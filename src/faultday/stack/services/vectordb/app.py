@@ -9,18 +9,20 @@ collection behind an alias to an empty, stale or shuffled copy (vector_degrade).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from faultday.stack.services.vectordb import wire as w
 from faultday.stack.services.vectordb.engine import (
-    ApiError,
     Store,
-    dense_vector,
     id_json,
     record_json,
     scored_json,
@@ -29,8 +31,10 @@ from faultday.stack.services.vectordb.engine import (
     with_vector,
 )
 from faultday.stack.services.vectordb.seed import Seeder
+from faultday.stack.services.vectordb.wire import ApiError
 
-Handler = Callable[..., Awaitable[Any]]
+log = logging.getLogger(__name__)
+M = TypeVar("M", bound=BaseModel)
 
 
 class Metrics:
@@ -112,36 +116,41 @@ def _collection_info(store: Store, name: str) -> dict[str, Any]:
     }
 
 
-def _query_vector(body: dict[str, Any]) -> list[float] | None:
-    """The dense vector of a ``/points/query`` body (plain list or ``{"nearest": ...}``)."""
-    if body.get("prefetch"):
-        raise ApiError(400, "prefetch is not supported by this front")
-    q = body.get("query")
-    if q is None:
-        return None
-    if isinstance(q, dict):
-        if "nearest" in q:
-            q = q["nearest"]
-        else:
-            raise ApiError(400, f"unsupported query {sorted(q)}; only nearest vectors")
-    if isinstance(q, list):
-        return [float(x) for x in q]
-    raise ApiError(400, "query by point id or document is not supported by this front")
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"status": {"error": message}, "time": 0.0}, status_code=status)
 
 
-def build_app(store: Store, seeder: Seeder, *, version: str) -> FastAPI:  # noqa: PLR0915
-    """The FastAPI application serving ``store``."""
-    app = FastAPI(title="faultday qdrant front", docs_url=None, redoc_url=None, openapi_url=None)
-    metrics = Metrics()
+def _install_error_handlers(app: FastAPI) -> None:
+    """Every error answers in Qdrant's envelope, routing errors and our own faults too."""
 
     @app.exception_handler(ApiError)
     async def api_error(_request: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse({"status": {"error": exc.message}, "time": 0.0}, status_code=exc.status)
+        return _error(exc.status, exc.message)
 
-    @app.exception_handler(KeyError)
-    async def missing_key(_request: Request, exc: KeyError) -> JSONResponse:
-        msg = f"Format error in JSON body: missing field {exc}"
-        return JSONResponse({"status": {"error": msg}, "time": 0.0}, status_code=400)
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        # Only a fault of this front lands here; it is logged with its traceback, never hidden.
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return _error(500, f"Service internal error: {type(exc).__name__}: {exc}")
+
+
+async def _body(request: Request, model: type[M]) -> M:
+    return w.parse_body(model, await request.body())
+
+
+def _query(request: Request, model: type[M]) -> M:
+    return w.parse_query(model, request.query_params)
+
+
+def build_app(store: Store, seeder: Seeder, *, version: str) -> FastAPI:
+    """The FastAPI application serving ``store``."""
+    app = FastAPI(title="faultday qdrant front", docs_url=None, redoc_url=None, openapi_url=None)
+    metrics = Metrics()
+    _install_error_handlers(app)
 
     @app.middleware("http")
     async def count_requests(
@@ -154,26 +163,16 @@ def build_app(store: Store, seeder: Seeder, *, version: str) -> FastAPI:  # noqa
         metrics.observe(path, response.status_code, time.perf_counter() - started)
         return response
 
-    async def body_of(request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        if not raw:
-            return {}
-        try:
-            data = await request.json()
-        except ValueError as exc:
-            raise ApiError(400, f"Format error in JSON body: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ApiError(400, "Format error in JSON body: expected an object")
-        return data
+    _service_routes(app, store, seeder, metrics, version)
+    _collection_routes(app, store)
+    _point_routes(app, store)
+    _admin_routes(app, seeder)
+    return app
 
-    def sync(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
-        async def run(*a: Any) -> Any:
-            return await run_in_threadpool(fn, *a)
 
-        return run
-
-    # -- service ------------------------------------------------------------------
-
+def _service_routes(
+    app: FastAPI, store: Store, seeder: Seeder, metrics: Metrics, version: str
+) -> None:
     @app.get("/")
     async def root() -> JSONResponse:
         return JSONResponse(
@@ -199,8 +198,8 @@ def build_app(store: Store, seeder: Seeder, *, version: str) -> FastAPI:  # noqa
     async def prom() -> PlainTextResponse:
         return PlainTextResponse(metrics.render(store), media_type="text/plain; version=0.0.4")
 
-    # -- collections --------------------------------------------------------------
 
+def _collection_routes(app: FastAPI, store: Store) -> None:
     @app.get("/collections")
     async def list_collections() -> JSONResponse:
         t = time.perf_counter()
@@ -209,64 +208,61 @@ def build_app(store: Store, seeder: Seeder, *, version: str) -> FastAPI:  # noqa
     @app.get("/collections/{name}")
     async def get_collection(name: str) -> JSONResponse:
         t = time.perf_counter()
-        return _ok(await sync(_collection_info)(store, name), t)
+        w.collection_name(name)
+        return _ok(await run_in_threadpool(_collection_info, store, name), t)
 
     @app.get("/collections/{name}/exists")
     async def collection_exists(name: str) -> JSONResponse:
         t = time.perf_counter()
+        w.collection_name(name)
         return _ok({"exists": store.exists(name)}, t)
 
     @app.put("/collections/{name}")
     async def create_collection(name: str, request: Request) -> JSONResponse:
         t = time.perf_counter()
-        body = await body_of(request)
-        vectors = body.get("vectors")
-        if not isinstance(vectors, dict) or "size" not in vectors:
-            raise ApiError(400, "only a single unnamed dense vector config is supported")
-        if body.get("sparse_vectors"):
-            raise ApiError(400, "sparse vectors are not supported by this front")
-        await sync(
-            lambda: store.create(name, size=int(vectors["size"]), distance=str(vectors["distance"]))
-        )()
+        w.collection_name(name, new=True)
+        body = await _body(request, w.CreateCollection)
+        _query(request, w.WaitTimeout)
+        vectors = body.vectors
+        if not isinstance(vectors, w.VectorParams):
+            raise ApiError(400, "vectors: only a single unnamed dense vector is supported")
+        if body.sparse_vectors or vectors.multivector_config is not None:
+            raise ApiError(400, "sparse and multi vectors are not supported by this front")
+        size, distance = vectors.size, vectors.distance
+        await run_in_threadpool(lambda: store.create(name, size=size, distance=distance))
         return _ok(True, t)
 
     @app.delete("/collections/{name}")
-    async def delete_collection(name: str) -> JSONResponse:
+    async def delete_collection(name: str, request: Request) -> JSONResponse:
         t = time.perf_counter()
-        return _ok(await sync(store.delete)(name), t)
+        w.collection_name(name)
+        _query(request, w.WaitTimeout)
+        return _ok(await run_in_threadpool(store.delete, name), t)
 
     @app.put("/collections/{name}/index")
     async def create_index(name: str, request: Request) -> JSONResponse:
         t = time.perf_counter()
-        body = await body_of(request)
-        c = store.resolve(name)
-        schema = body.get("field_schema")
-        kind = schema if isinstance(schema, str) else (schema or {}).get("type", "keyword")
+        w.collection_name(name)
+        body = await _body(request, w.CreateFieldIndex)
+        _query(request, w.UpdateParams)
         # qdrant-edge filters without an index too; the schema is recorded for get_collection.
-        c.payload_schema[str(body["field_name"])] = str(kind)
+        store.resolve(name).payload_schema[body.field_name] = body.schema_type
         return _ok(_update_result(store.next_op()), t)
-
-    # -- aliases ------------------------------------------------------------------
 
     @app.post("/collections/aliases")
     async def update_aliases(request: Request) -> JSONResponse:
         t = time.perf_counter()
-        body = await body_of(request)
-        for action in body.get("actions", []):
-            if "create_alias" in action:
-                a = action["create_alias"]
-                store.set_alias(a["alias_name"], a["collection_name"])
-            elif "delete_alias" in action:
-                store.drop_alias(action["delete_alias"]["alias_name"])
-            elif "rename_alias" in action:
-                a = action["rename_alias"]
-                target = store.aliases.get(a["old_alias_name"])
-                if target is None:
-                    raise ApiError(404, f"Not found: Alias `{a['old_alias_name']}` doesn't exist!")
-                store.drop_alias(a["old_alias_name"])
-                store.set_alias(a["new_alias_name"], target)
+        body = await _body(request, w.ChangeAliases)
+        _query(request, w.WaitTimeout)
+        for action in body.actions:
+            if isinstance(action, w.CreateAliasOperation):
+                a = action.create_alias
+                store.set_alias(a.alias_name, a.collection_name)
+            elif isinstance(action, w.DeleteAliasOperation):
+                store.drop_alias(action.delete_alias.alias_name)
             else:
-                raise ApiError(400, f"unknown alias action {sorted(action)}")
+                r = action.rename_alias
+                store.rename_alias(r.old_alias_name, r.new_alias_name)
         return _ok(True, t)
 
     @app.get("/aliases")
@@ -280,6 +276,7 @@ def build_app(store: Store, seeder: Seeder, *, version: str) -> FastAPI:  # noqa
     @app.get("/collections/{name}/aliases")
     async def collection_aliases(name: str) -> JSONResponse:
         t = time.perf_counter()
+        w.collection_name(name)
         aliases = [
             {"alias_name": a, "collection_name": c}
             for a, c in sorted(store.aliases.items())
@@ -287,143 +284,167 @@ def build_app(store: Store, seeder: Seeder, *, version: str) -> FastAPI:  # noqa
         ]
         return _ok({"aliases": aliases}, t)
 
-    # -- points -------------------------------------------------------------------
 
+def _point_routes(app: FastAPI, store: Store) -> None:
+    _point_write_routes(app, store)
+    _point_read_routes(app, store)
+
+
+def _point_write_routes(app: FastAPI, store: Store) -> None:
     @app.put("/collections/{name}/points")
     async def upsert(name: str, request: Request) -> JSONResponse:
         t = time.perf_counter()
-        body = await body_of(request)
-        if "points" in body:
-            pts = [(p["id"], p.get("vector"), p.get("payload")) for p in body["points"]]
-        elif "batch" in body:
-            b = body["batch"]
-            ids, vecs = b["ids"], b["vectors"]
-            payloads = b.get("payloads") or [None] * len(ids)
-            pts = list(zip(ids, vecs, payloads, strict=True))
+        w.collection_name(name)
+        body = w.parse_union(w.UPSERT, await request.body())
+        _query(request, w.UpdateParams)
+        if isinstance(body, w.PointsList):
+            pts = [(p.id, p.vector, p.payload) for p in body.points]
         else:
-            raise ApiError(400, "upsert needs 'points' or 'batch'")
-        await sync(store.upsert)(name, pts)
+            b = body.batch
+            payloads = b.payloads or [None] * len(b.ids)
+            pts = list(zip(b.ids, b.vectors, payloads, strict=True))
+        await run_in_threadpool(store.upsert, name, pts)
         return _ok(_update_result(store.next_op()), t)
 
     @app.post("/collections/{name}/points/delete")
     async def delete_points(name: str, request: Request) -> JSONResponse:
         t = time.perf_counter()
-        body = await body_of(request)
-        ids = body.get("points")
-        flt = to_filter(body.get("filter"))
-        await sync(lambda: store.delete_points(name, ids=ids, flt=flt))()
+        w.collection_name(name)
+        body = w.parse_union(w.POINTS_SELECTOR, await request.body())
+        _query(request, w.UpdateParams)
+        if isinstance(body, w.PointIdsList):
+            ids, flt = body.points, None
+        else:
+            ids, flt = None, to_filter(body.filter)
+        await run_in_threadpool(lambda: store.delete_points(name, ids=ids, flt=flt))
         return _ok(_update_result(store.next_op()), t)
 
+
+def _point_read_routes(app: FastAPI, store: Store) -> None:
     @app.post("/collections/{name}/points/query")
     async def query(name: str, request: Request) -> JSONResponse:
         t = time.perf_counter()
-        body = await body_of(request)
-        points = await sync(lambda: _run_query(store, name, body))()
+        w.collection_name(name)
+        body = await _body(request, w.QueryRequest)
+        _query(request, w.ReadParams)
+        points = await run_in_threadpool(_run_query, store, name, body)
         return _ok({"points": points}, t)
 
     @app.post("/collections/{name}/points/search")
     async def search(name: str, request: Request) -> JSONResponse:
         t = time.perf_counter()
-        body = await body_of(request)
-        body = {**body, "query": body.get("vector")}
-        return _ok(await sync(lambda: _run_query(store, name, body))(), t)
+        w.collection_name(name)
+        body = await _body(request, w.SearchRequest)
+        _query(request, w.ReadParams)
+        return _ok(await run_in_threadpool(_run_query, store, name, body), t)
 
     @app.post("/collections/{name}/points/count")
     async def count(name: str, request: Request) -> JSONResponse:
         t = time.perf_counter()
-        body = await body_of(request)
-        flt = to_filter(body.get("filter"))
-        n = await sync(lambda: store.count(name, flt, exact=bool(body.get("exact", True))))()
+        w.collection_name(name)
+        body = await _body(request, w.CountRequest)
+        _query(request, w.ReadParams)
+        flt = to_filter(body.filter)
+        n = await run_in_threadpool(lambda: store.count(name, flt, exact=body.exact))
         return _ok({"count": n}, t)
 
     @app.post("/collections/{name}/points/scroll")
     async def scroll(name: str, request: Request) -> JSONResponse:
         t = time.perf_counter()
-        body = await body_of(request)
-        vectors = bool(with_vector(body.get("with_vector")))
-
-        def run() -> tuple[list[Any], object]:
-            return store.scroll(
-                name,
-                flt=to_filter(body.get("filter")),
-                limit=int(body.get("limit") or 10),
-                offset=body.get("offset"),
-                payload=with_payload(body.get("with_payload")),
-                vectors=vectors,
-            )
-
-        records, nxt = await sync(run)()
-        return _ok(
-            {
-                "points": [record_json(r, vectors=vectors) for r in records],
-                "next_page_offset": id_json(nxt) if nxt is not None else None,
-            },
-            t,
-        )
+        w.collection_name(name)
+        body = await _body(request, w.ScrollRequest)
+        _query(request, w.ReadParams)
+        result = await run_in_threadpool(_run_scroll, store, name, body)
+        return _ok(result, t)
 
     @app.post("/collections/{name}/points")
     async def retrieve(name: str, request: Request) -> JSONResponse:
         t = time.perf_counter()
-        body = await body_of(request)
-        vectors = bool(with_vector(body.get("with_vector")))
-        payload = with_payload(body.get("with_payload"))
-        recs = await sync(
-            lambda: store.retrieve(name, body.get("ids", []), payload=payload, vectors=vectors)
-        )()
+        w.collection_name(name)
+        body = await _body(request, w.PointRequest)
+        _query(request, w.ReadParams)
+        vectors = with_vector(body.with_vector)
+        payload = with_payload(body.with_payload)
+        recs = await run_in_threadpool(
+            lambda: store.retrieve(name, body.ids, payload=payload, vectors=vectors)
+        )
         return _ok([record_json(r, vectors=vectors) for r in recs], t)
 
     @app.get("/collections/{name}/points/{pid}")
-    async def get_point(name: str, pid: str) -> JSONResponse:
+    async def get_point(name: str, pid: str, request: Request) -> JSONResponse:
         t = time.perf_counter()
-        key: object = int(pid) if pid.isdigit() else pid
+        w.collection_name(name)
+        key = w.parse_point_id(pid)
+        _query(request, w.ReadParams)
         recs = store.retrieve(name, [key], payload=True, vectors=True)
         if not recs:
             raise ApiError(404, f"Not found: No point with id {pid} found")
         return _ok(record_json(recs[0], vectors=True), t)
 
-    # -- faultday admin -----------------------------------------------------------
 
+def _admin_routes(app: FastAPI, seeder: Seeder) -> None:
     @app.get("/admin/state")
     async def admin_state() -> JSONResponse:
         return JSONResponse(seeder.state())
 
     @app.post("/admin/degrade")
     async def admin_degrade(request: Request) -> JSONResponse:
-        body = await body_of(request)
-        mode = str(body.get("mode", ""))
-        await sync(seeder.degrade)(mode)
+        body = await _body(request, w.Degrade)
+        await run_in_threadpool(seeder.degrade, body.mode)
         return JSONResponse(seeder.state())
 
     @app.post("/admin/restore")
     async def admin_restore() -> JSONResponse:
-        await sync(seeder.degrade)("normal")
+        await run_in_threadpool(seeder.degrade, "normal")
         return JSONResponse(seeder.state())
 
     @app.get("/admin/golden")
     async def admin_golden() -> JSONResponse:
         return JSONResponse({"collection": seeder.alias, "queries": seeder.golden_json()})
 
-    return app
 
-
-def _run_query(store: Store, name: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-    if body.get("using") not in (None, ""):
-        raise ApiError(400, "named vectors ('using') are not supported by this front")
+def _run_query(
+    store: Store, name: str, body: w.QueryRequest | w.SearchRequest
+) -> list[dict[str, Any]]:
     c = store.resolve(name)
-    vector = _query_vector(body)
-    if vector is not None:
-        vector = dense_vector(vector, c.size)
-    vectors = bool(with_vector(body.get("with_vector")))
-    params = body.get("params") or {}
+    if isinstance(body, w.SearchRequest):
+        vector: w.QueryInput | None = body.vector
+    else:
+        if body.prefetch is not None:
+            raise ApiError(400, "Bad request: prefetch is not supported by this front")
+        if body.using not in (None, ""):
+            raise ApiError(400, f"Wrong input: Not existing vector name error: {body.using}")
+        vector = body.query
+    if isinstance(vector, w.OtherQuery):
+        raise ApiError(400, f"Bad request: {vector.kind} queries are not supported by this front")
+    vectors = with_vector(body.with_vector)
     hits = store.query(
-        name,
+        c.name,
         vector=vector,
-        flt=to_filter(body.get("filter")),
-        limit=int(body.get("limit") or 10),
-        offset=int(body.get("offset") or 0),
-        payload=with_payload(body.get("with_payload")),
+        flt=to_filter(body.filter),
+        limit=body.limit or 10,
+        offset=body.offset or 0,
+        payload=with_payload(body.with_payload),
         vectors=vectors,
-        threshold=body.get("score_threshold"),
-        exact=bool(params.get("exact", False)),
+        threshold=body.score_threshold,
+        exact=body.params is not None and body.params.exact,
     )
     return [scored_json(p, vectors=vectors) for p in hits]
+
+
+def _run_scroll(store: Store, name: str, body: w.ScrollRequest) -> dict[str, Any]:
+    if body.order_by is not None:
+        raise ApiError(400, "Bad request: order_by is not supported by this front")
+    vectors = with_vector(body.with_vector)
+    records, nxt = store.scroll(
+        name,
+        flt=to_filter(body.filter),
+        limit=body.limit or 10,
+        offset=body.offset,
+        payload=with_payload(body.with_payload),
+        vectors=vectors,
+    )
+    return {
+        "points": [record_json(r, vectors=vectors) for r in records],
+        "next_page_offset": id_json(nxt) if nxt is not None else None,
+    }

@@ -7,6 +7,8 @@ queries) into qdrant-edge objects and back; the HTTP layer is ``app.py``.
 
 from __future__ import annotations
 
+import math
+import re
 import shutil
 import threading
 import time
@@ -18,21 +20,15 @@ from typing import Any
 
 import qdrant_edge as qe
 
+from faultday.stack.services.vectordb import wire as w
+from faultday.stack.services.vectordb.wire import ApiError
+
 DISTANCES = {
     "Cosine": qe.Distance.Cosine,
     "Euclid": qe.Distance.Euclid,
     "Dot": qe.Distance.Dot,
     "Manhattan": qe.Distance.Manhattan,
 }
-
-
-class ApiError(Exception):
-    """An error answered to the client as Qdrant does: ``{"status": {"error": ...}}``."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 @dataclass(slots=True)
@@ -46,110 +42,117 @@ class Collection:
     payload_schema: dict[str, str] = field(default_factory=dict)
 
 
-# -- JSON → qdrant-edge -------------------------------------------------------------
+# -- wire models → qdrant-edge ------------------------------------------------------
 
-
-def point_id(raw: object) -> int | uuid.UUID:
-    if isinstance(raw, bool):
-        raise ApiError(400, f"bad point id {raw!r}")
-    if isinstance(raw, int):
-        if raw < 0:
-            raise ApiError(400, f"point ids are unsigned integers or UUIDs; got {raw}")
-        return raw
-    if isinstance(raw, str):
-        try:
-            return uuid.UUID(raw)
-        except ValueError as exc:
-            raise ApiError(
-                400, f"point id {raw!r} is neither an unsigned integer nor a UUID"
-            ) from exc
-    raise ApiError(400, f"bad point id {raw!r}")
+PointId = int | uuid.UUID
+Vector = w.VectorInput | Sequence[float]
 
 
 def id_json(pid: object) -> int | str:
     return pid if isinstance(pid, int) else str(pid)
 
 
-def _match(raw: dict[str, Any]) -> Any:
-    if "value" in raw:
-        return qe.MatchValue(raw["value"])
-    if "any" in raw:
-        return qe.MatchAny(raw["any"])
-    if "except" in raw:
-        return qe.MatchExcept(raw["except"])
-    if "text" in raw:
-        return qe.MatchText(raw["text"])
-    if "phrase" in raw:
-        return qe.MatchPhrase(raw["phrase"])
-    raise ApiError(400, f"unsupported match {raw}")
+def _match(m: w.Match) -> Any:
+    if isinstance(m, w.MatchValue):
+        return qe.MatchValue(m.value)
+    if isinstance(m, w.MatchAny):
+        return qe.MatchAny(m.any)
+    if isinstance(m, w.MatchExcept):
+        return qe.MatchExcept(m.except_)
+    if isinstance(m, w.MatchText):
+        return qe.MatchText(m.text)
+    if isinstance(m, w.MatchTextAny):
+        return qe.MatchTextAny(m.text_any)
+    return qe.MatchPhrase(m.phrase)
 
 
-def _condition(raw: dict[str, Any]) -> Any:
-    if any(k in raw for k in ("must", "should", "must_not")):
-        return to_filter(raw)
-    if "has_id" in raw:
-        return qe.HasIdCondition({point_id(i) for i in raw["has_id"]})
-    if "is_empty" in raw:
-        return qe.IsEmptyCondition(raw["is_empty"]["key"])
-    if "is_null" in raw:
-        return qe.IsNullCondition(raw["is_null"]["key"])
-    if "nested" in raw:
-        return qe.NestedCondition(raw["nested"]["key"], to_filter(raw["nested"]["filter"]))
-    if "key" in raw:
-        kw: dict[str, Any] = {}
-        if raw.get("match") is not None:
-            kw["match"] = _match(raw["match"])
-        if raw.get("range") is not None:
-            r = {k: v for k, v in raw["range"].items() if v is not None}
-            kw["range"] = qe.RangeFloat(**r)
-        if raw.get("values_count") is not None:
-            vc = {k: v for k, v in raw["values_count"].items() if v is not None}
-            kw["values_count"] = qe.ValuesCount(**vc)
-        if raw.get("is_empty") is not None:
-            kw["is_empty"] = raw["is_empty"]
-        if raw.get("is_null") is not None:
-            kw["is_null"] = raw["is_null"]
-        unsupported = [
-            k for k in ("geo_bounding_box", "geo_radius", "geo_polygon") if raw.get(k) is not None
-        ]
-        if unsupported:
-            raise ApiError(400, f"unsupported condition: {', '.join(unsupported)}")
-        return qe.FieldCondition(raw["key"], **kw)
-    raise ApiError(400, f"unsupported condition {raw}")
+def _range(r: w.Range) -> Any:
+    bounds = {k: v for k, v in r.model_dump().items() if v is not None}
+    if any(isinstance(v, str) for v in bounds.values()):
+        return qe.RangeDateTime(**bounds)
+    return qe.RangeFloat(**bounds)
 
 
-def _conditions(raw: object) -> list[Any] | None:
-    if raw is None:
-        return None
-    items: list[Any] = raw if isinstance(raw, list) else [raw]
-    return [_condition(c) for c in items]
+def _geo(p: w.GeoPoint) -> Any:
+    return qe.GeoPoint(lon=p.lon, lat=p.lat)
 
 
-def to_filter(raw: dict[str, Any] | None) -> Any:
-    if not raw:
-        return None
-    if raw.get("min_should") is not None:
-        ms = raw["min_should"]
-        conds = [_condition(c) for c in ms["conditions"]]
-        min_should = qe.MinShould(conds, ms["min_count"])
-    else:
-        min_should = None
+def _field(c: w.FieldCondition) -> Any:
+    kw: dict[str, Any] = {"is_empty": c.is_empty, "is_null": c.is_null}
+    if c.match is not None:
+        kw["match"] = _match(c.match)
+    if c.range is not None:
+        kw["range"] = _range(c.range)
+    if c.values_count is not None:
+        kw["values_count"] = qe.ValuesCount(**c.values_count.model_dump())
+    if (box := c.geo_bounding_box) is not None:
+        kw["geo_bounding_box"] = qe.GeoBoundingBox(_geo(box.top_left), _geo(box.bottom_right))
+    if (circle := c.geo_radius) is not None:
+        kw["geo_radius"] = qe.GeoRadius(_geo(circle.center), circle.radius)
+    if (poly := c.geo_polygon) is not None:
+        holes = [[_geo(p) for p in ring.points] for ring in poly.interiors or []]
+        kw["geo_polygon"] = qe.GeoPolygon([_geo(p) for p in poly.exterior.points], holes or None)
+    return qe.FieldCondition(c.key, **kw)
+
+
+def _condition(c: w.Condition) -> Any:  # noqa: PLR0911 (one return per condition kind)
+    if isinstance(c, w.FieldCondition):
+        return _field(c)
+    if isinstance(c, w.IsEmptyCondition):
+        return qe.IsEmptyCondition(c.is_empty.key)
+    if isinstance(c, w.IsNullCondition):
+        return qe.IsNullCondition(c.is_null.key)
+    if isinstance(c, w.HasIdCondition):
+        return qe.HasIdCondition(set(c.has_id))
+    if isinstance(c, w.HasVectorCondition):
+        return qe.HasVectorCondition(c.has_vector)
+    if isinstance(c, w.NestedCondition):
+        return qe.NestedCondition(c.nested.key, _filter(c.nested.filter))
+    return _filter(c)
+
+
+def _conditions(cs: list[w.Condition] | None) -> list[Any] | None:
+    return None if cs is None else [_condition(c) for c in cs]
+
+
+def _filter(f: w.Filter) -> Any:
+    ms = f.min_should
     return qe.Filter(
-        must=_conditions(raw.get("must")),
-        should=_conditions(raw.get("should")),
-        must_not=_conditions(raw.get("must_not")),
-        min_should=min_should,
+        must=_conditions(f.must),
+        should=_conditions(f.should),
+        must_not=_conditions(f.must_not),
+        min_should=None
+        if ms is None
+        else qe.MinShould([_condition(c) for c in ms.conditions], ms.min_count),
     )
 
 
-def dense_vector(raw: object, size: int) -> list[float]:
-    if isinstance(raw, dict):
-        if set(raw) == {""} or (len(raw) == 1 and "" in raw):
-            raw = raw[""]
-        else:
-            raise ApiError(400, "named vectors are not supported by this front; use one unnamed")
-    if not isinstance(raw, list) or not all(isinstance(x, int | float) for x in raw):
-        raise ApiError(400, "a vector is a list of numbers")
+def to_filter(f: w.Filter | None) -> Any:
+    """The qdrant-edge filter for a request's ``filter`` (None: no filter)."""
+    if f is None or f == w.Filter():
+        return None
+    try:
+        return _filter(f)
+    except ValueError as exc:
+        # qdrant-edge checks what the wire models cannot: JSON paths, datetimes.
+        detail = " ".join(str(exc).split())
+        raise ApiError(400, f"Format error in JSON body: filter: {detail}") from None
+
+
+def dense_vector(raw: Vector, size: int) -> list[float]:
+    """The collection's single dense vector out of what a client sent, as Qdrant checks it."""
+    if isinstance(raw, w.NamedVectors):
+        names = [n for n, _ in raw.vectors]
+        if names != [""]:
+            name = next((n for n in names if n != ""), "")
+            raise ApiError(400, f"Wrong input: Not existing vector name error: {name}")
+        return dense_vector(raw.vectors[0][1], size)
+    if isinstance(raw, w.MultiVector):
+        raise ApiError(400, "Wrong input: Conversion between multi and regular vectors failed")
+    if isinstance(raw, w.SparseVector):
+        raise ApiError(400, "Wrong input: Conversion between sparse and regular vectors failed")
+    if isinstance(raw, w.InferenceInput):
+        raise ApiError(400, f"Bad request: this front does not embed a {raw.kind}; send a vector")
     if len(raw) != size:
         raise ApiError(
             400, f"Wrong input: Vector dimension error: expected dim: {size}, got {len(raw)}"
@@ -157,32 +160,38 @@ def dense_vector(raw: object, size: int) -> list[float]:
     return [float(x) for x in raw]
 
 
-def with_payload(raw: object) -> Any:
-    if raw is None:
-        return None
-    if isinstance(raw, bool | list):
-        return raw
-    if isinstance(raw, dict):
-        if "include" in raw:
-            return list(raw["include"])
-        if "exclude" in raw:
-            return qe.PayloadSelector.Exclude(list(raw["exclude"]))
-    raise ApiError(400, f"unsupported with_payload {raw!r}")
+def _point_vector(raw: Vector, size: int) -> list[float] | dict[str, Any]:
+    # A point may carry no vector at all (``{}``), as on Qdrant.
+    if isinstance(raw, w.NamedVectors) and not raw.vectors:
+        return {}
+    return dense_vector(raw, size)
 
 
-def with_vector(raw: object) -> bool | list[str] | None:
-    if raw is None or isinstance(raw, bool):
-        return raw
-    if isinstance(raw, list):
-        return bool(raw)
-    raise ApiError(400, f"unsupported with_vector {raw!r}")
+def with_payload(raw: w.WithPayload | None) -> Any:
+    if isinstance(raw, w.PayloadSelector):
+        if raw.exclude:
+            return qe.PayloadSelector.Exclude(list(raw.keys))
+        return list(raw.keys)
+    if isinstance(raw, tuple):
+        return list(raw)
+    return raw
+
+
+def with_vector(raw: w.WithVector | None) -> bool:
+    # The only vector is the unnamed one: a list of names asks for it when it is non-empty.
+    return bool(raw)
+
+
+def _score(value: float) -> float | None:
+    # serde_json writes a non-finite float as null; JSON has no NaN or Infinity.
+    return value if math.isfinite(value) else None
 
 
 def scored_json(p: Any, *, vectors: bool) -> dict[str, Any]:
     return {
         "id": id_json(p.id),
         "version": p.version,
-        "score": p.score,
+        "score": _score(p.score),
         "payload": p.payload,
         "vector": p.vector if vectors else None,
         "shard_key": None,
@@ -237,7 +246,9 @@ class Store:
         with self.lock:
             if name in self.collections or name in self.aliases:
                 raise ApiError(409, f"Wrong input: Collection `{name}` already exists!")
-            path = self.root / f"{name}-{uuid.uuid4().hex[:8]}"
+            # Names may be 255 characters of any script: the folder takes a safe stem of it.
+            stem = re.sub(r"[^A-Za-z0-9_-]", "_", name)[:40]
+            path = self.root / f"{stem}-{uuid.uuid4().hex[:8]}"
             config = qe.EdgeConfig(
                 vectors=qe.EdgeVectorParams(size=size, distance=DISTANCES[distance])
             )
@@ -270,29 +281,38 @@ class Store:
             if self.aliases.pop(alias, None) is None:
                 raise ApiError(404, f"Not found: Alias `{alias}` doesn't exist!")
 
+    def rename_alias(self, old: str, new: str) -> None:
+        with self.lock:
+            target = self.aliases.get(old)
+            if target is None:
+                raise ApiError(404, f"Not found: Alias `{old}` doesn't exist!")
+            self.drop_alias(old)
+            self.set_alias(new, target)
+
     # -- points ---------------------------------------------------------------------
 
     def upsert(
-        self, name: str, points: Sequence[tuple[object, object, dict[str, Any] | None]]
+        self, name: str, points: Sequence[tuple[PointId, Vector, dict[str, Any] | None]]
     ) -> None:
         c = self.resolve(name)
-        built = [qe.Point(point_id(i), dense_vector(v, c.size), p) for i, v, p in points]
+        built = [qe.Point(i, _point_vector(v, c.size), p) for i, v, p in points]
         c.shard.update(qe.UpdateOperation.upsert_points(built))
 
-    def delete_points(self, name: str, *, ids: list[object] | None, flt: Any) -> None:
+    def delete_points(self, name: str, *, ids: list[PointId] | None, flt: Any) -> None:
         c = self.resolve(name)
         if ids is not None:
-            c.shard.update(qe.UpdateOperation.delete_points([point_id(i) for i in ids]))
+            c.shard.update(qe.UpdateOperation.delete_points(list(ids)))
         elif flt is not None:
             c.shard.update(qe.UpdateOperation.delete_points_by_filter(flt))
         else:
-            raise ApiError(400, "delete needs 'points' or 'filter'")
+            # An empty filter selects every point, as on Qdrant.
+            c.shard.update(qe.UpdateOperation.delete_points_by_filter(qe.Filter()))
 
     def query(
         self,
         name: str,
         *,
-        vector: list[float] | None,
+        vector: Vector | None,
         flt: Any,
         limit: int,
         offset: int,
@@ -319,16 +339,25 @@ class Store:
     def count(self, name: str, flt: Any, *, exact: bool) -> int:
         return int(self.resolve(name).shard.count(qe.CountRequest(filter=flt, exact=exact)))
 
-    def retrieve(self, name: str, ids: list[object], *, payload: Any, vectors: bool) -> list[Any]:
+    def retrieve(
+        self, name: str, ids: Sequence[PointId], *, payload: Any, vectors: bool
+    ) -> list[Any]:
         c = self.resolve(name)
-        return list(c.shard.retrieve([point_id(i) for i in ids], payload, vectors))
+        return list(c.shard.retrieve(list(ids), payload, vectors))
 
     def scroll(
-        self, name: str, *, flt: Any, limit: int, offset: object, payload: Any, vectors: bool
+        self,
+        name: str,
+        *,
+        flt: Any,
+        limit: int,
+        offset: PointId | None,
+        payload: Any,
+        vectors: bool,
     ) -> tuple[list[Any], object]:
         c = self.resolve(name)
         req = qe.ScrollRequest(
-            offset=point_id(offset) if offset is not None else None,
+            offset=offset,
             limit=limit,
             filter=flt,
             with_payload=payload if payload is not None else True,

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from faultday.stack.services.vectordb.engine import ApiError, Store
+from faultday.stack.services.vectordb.engine import Store
+from faultday.stack.services.vectordb.wire import ApiError
 
 log = logging.getLogger(__name__)
 
