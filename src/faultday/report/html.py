@@ -1,4 +1,4 @@
-"""jinja2 environments and page renderers: StrictUndefined always, autoescape for HTML."""
+"""jinja2 environments and page renderers: StrictUndefined always; HTML or Markdown escaping."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 import jinja2
 from markupsafe import Markup
+
+from faultday.report import markdown
 
 if TYPE_CHECKING:
     from faultday.report.runbooks import RenderedRunbook, StackFacts
@@ -30,20 +32,17 @@ def pct(value: float | None) -> str:
     return "—" if value is None else f"{value * 100:.1f}%"
 
 
-def md_inline(value: object) -> str:
-    """Text for one Markdown table cell or line: no raw HTML, no table breaks, one line."""
+# What makes a browser read an href as another scheme or host; it drops tabs and line
+# breaks anywhere in a URL and leading controls and spaces first (WHATWG URL).
+_NOT_RELATIVE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:|[/\\]{2})")
+_URL_DROPPED = re.compile(r"[\t\n\r]")
+
+
+def relative_url(value: object) -> str:
+    """A link into the report's folder: quoted text cannot make it ``javascript:`` or a host."""
     text = str(value)
-    # "<" is all it takes to open a tag in renderers that pass HTML through; "->" stays readable.
-    text = text.replace("<", "&lt;")
-    return re.sub(r"\s*\n\s*", " ", text).replace("|", "\\|")
-
-
-def fence(value: object, lang: str = "") -> str:
-    """A fenced code block that the text cannot close early."""
-    text = str(value).rstrip("\n")
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    ticks = "`" * max(3, longest + 1)
-    return f"{ticks}{lang}\n{text}\n{ticks}"
+    probe = _URL_DROPPED.sub("", text).lstrip("".join(map(chr, range(0x21))))
+    return "./" + text if _NOT_RELATIVE.match(probe) else text
 
 
 def _markdown(value: str) -> Markup:
@@ -57,29 +56,36 @@ def _css() -> str:
     return (TEMPLATES / "_style.css").read_text(encoding="utf-8")
 
 
-def environment(*, html: bool) -> jinja2.Environment:
-    """A fresh environment (no module-global state): HTML ones autoescape everything."""
+def environment() -> jinja2.Environment:
+    """A fresh HTML environment (no module-global state) that autoescapes everything."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         undefined=jinja2.StrictUndefined,
-        autoescape=html,  # noqa: S701 - Markdown output is text; every HTML page escapes
+        autoescape=True,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters.update(num=num, pct=pct, md=md_inline, fence=fence, markdown=_markdown)
+    env.filters.update(num=num, pct=pct, markdown=_markdown, relurl=relative_url)
     # Our own stylesheet, not data: escaping it would break quoted font names inside <style>.
-    env.globals["css"] = Markup(_css()) if html else _css()  # noqa: S704
+    env.globals["css"] = Markup(_css())  # noqa: S704
+    return env
+
+
+def markdown_environment() -> jinja2.Environment:
+    """A fresh Markdown environment: every printed value is Markdown-escaped by default."""
+    env = markdown.environment(TEMPLATES)
+    env.filters.update(num=num, pct=pct)
     return env
 
 
 def report_html(view: ReportView) -> str:
-    return environment(html=True).get_template("report.html.j2").render(v=view, j=view.journal)
+    return environment().get_template("report.html.j2").render(v=view, j=view.journal)
 
 
 def report_markdown(view: ReportView, chart_files: Sequence[tuple[str, str]]) -> str:
     return (
-        environment(html=False)
+        markdown_environment()
         .get_template("report.md.j2")
         .render(v=view, j=view.journal, chart_files=list(chart_files))
     )
@@ -87,7 +93,7 @@ def report_markdown(view: ReportView, chart_files: Sequence[tuple[str, str]]) ->
 
 def runbook_page(*, title: str, body: str, facts: StackFacts) -> str:
     return (
-        environment(html=True)
+        environment()
         .get_template("runbook.html.j2")
         .render(
             title=title,
@@ -99,9 +105,7 @@ def runbook_page(*, title: str, body: str, facts: StackFacts) -> str:
 
 def runbook_index_page(*, facts: StackFacts, runbooks: Sequence[RenderedRunbook]) -> str:
     return (
-        environment(html=True)
-        .get_template("runbooks.html.j2")
-        .render(facts=facts, runbooks=list(runbooks))
+        environment().get_template("runbooks.html.j2").render(facts=facts, runbooks=list(runbooks))
     )
 
 
@@ -109,7 +113,7 @@ def gameday_page(**context: object) -> str:
     """The game day's ``index.html``: scorecard, resilience score, trend, links."""
     from datetime import UTC, datetime
 
-    env = environment(html=True)
+    env = environment()
     env.filters["when"] = lambda ts: (
         "—" if not ts else datetime.fromtimestamp(float(ts), UTC).strftime("%Y-%m-%d %H:%M UTC")
     )

@@ -19,6 +19,7 @@ import jinja2
 import yaml
 
 from faultday.errors import FaultdayError, ScenarioError, UsageError
+from faultday.report import markdown
 from faultday.report.journal import Journal
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,7 @@ RUNBOOK_SUFFIX = ".md.j2"
 LAYOUT = "_runbook.md.j2"
 NAMESPACE = "faultday"  # Kubernetes namespace and compose project of the rendered stack
 LLM_TYPES = frozenset({"llmsim", "vllm"})
+_LINE_END = re.compile(r"\r\n|\r|\n")
 # Service ports of the docker/k8s renderings (the official images' defaults).
 SERVICE_PORTS = {
     "llmsim": 8000,
@@ -418,16 +420,9 @@ def runbook_names(runbook_dir: Path) -> list[str]:
 
 
 def _env(runbook_dir: Path) -> jinja2.Environment:
-    # Markdown is text, not HTML: no autoescape here; HTML is made by a Markdown
-    # renderer that escapes raw HTML (markdown_html).
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(runbook_dir),
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,  # noqa: S701 - Markdown output; the HTML step escapes
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    # Markdown escaping by default: stack facts and game-day numbers are quoted text
+    # (a journal's component names, a scenario's labels); the HTML step escapes again.
+    return markdown.environment(runbook_dir)
 
 
 def render_runbook(
@@ -469,10 +464,16 @@ def markdown_html(text: str) -> str:
     return str(md.render(text))
 
 
-def _outside_fences(markdown: str) -> list[tuple[str, bool]]:
+def _lines(text: str) -> list[str]:
+    # CommonMark's line endings only: str.splitlines() also splits at \u2028 and the
+    # like, which would let a quoted value inside a fence look like a line of its own.
+    return _LINE_END.split(text.removesuffix("\n"))
+
+
+def _outside_fences(text: str) -> list[tuple[str, bool]]:
     """Each line with whether it is Markdown (True) or inside a fenced code block (False)."""
     out, fence = [], ""
-    for line in markdown.splitlines():
+    for line in _lines(text):
         m = re.match(r"^(`{3,}|~{3,})", line)
         if m and (not fence or m.group(1).startswith(fence)):
             fence = "" if fence else m.group(1)
@@ -482,12 +483,12 @@ def _outside_fences(markdown: str) -> list[tuple[str, bool]]:
     return out
 
 
-def sections(markdown: str) -> dict[str, str]:
+def sections(text: str) -> dict[str, str]:
     """Level-2 sections of a Markdown document: heading → body."""
     out: dict[str, str] = {}
     current: str | None = None
     lines: list[str] = []
-    for line, prose in _outside_fences(markdown):
+    for line, prose in _outside_fences(text):
         if prose and line.startswith("## "):
             if current is not None:
                 out[current] = "\n".join(lines).strip()
@@ -499,8 +500,16 @@ def sections(markdown: str) -> dict[str, str]:
     return out
 
 
-def headings(markdown: str) -> list[str]:
-    return [ln.strip() for ln, prose in _outside_fences(markdown) if prose and ln.startswith("#")]
+def headings(text: str) -> list[str]:
+    return [ln.strip() for ln, prose in _outside_fences(text) if prose and ln.startswith("#")]
+
+
+def plain_text(inline_markdown: str) -> str:
+    """What a reader sees of one line of Markdown (escapes and entities resolved)."""
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark", {"html": False}).parseInline(inline_markdown)
+    return "".join(t.content for tok in tokens for t in tok.children or () if t.content)
 
 
 @dataclass(frozen=True, slots=True)
@@ -528,14 +537,14 @@ def render_runbooks(
         text = render_runbook(name, facts=facts, runbook_dir=runbook_dir, results=res)
         md_path, html_path = out_dir / f"{name}.md", out_dir / f"{name}.html"
         md_path.write_text(text, encoding="utf-8")
-        title = next((h.lstrip("# ") for h in headings(text) if h.startswith("# ")), name)
+        title = next((plain_text(h[2:]) for h in headings(text) if h.startswith("# ")), name)
         html_path.write_text(
             runbook_page(title=title, body=markdown_html(text), facts=facts), encoding="utf-8"
         )
         done.append(RenderedRunbook(name, md_path, html_path))
     (out_dir / "index.md").write_text(
-        f"# Runbooks — {facts.profile} ({facts.driver})\n\n"
-        + "".join(f"- [{r.name}]({r.markdown.name})\n" for r in done),
+        f"# Runbooks — {markdown.inline(facts.profile)} ({markdown.inline(facts.driver)})\n\n"
+        + "".join(f"- [{markdown.inline(r.name)}]({r.markdown.name})\n" for r in done),
         encoding="utf-8",
     )
     (out_dir / "index.html").write_text(

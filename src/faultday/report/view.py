@@ -2,7 +2,8 @@
 
 Everything here is plain data; templates only lay it out. Text that came from
 the system under test (model answers, log lines, error messages) stays text:
-the HTML template escapes it.
+the HTML template escapes it, the Markdown template too (``faultday.report.markdown``).
+The one exception is a runbook excerpt's section bodies, which are Markdown.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from faultday.report import markdown
 from faultday.report.journal import Journal, JournalCheck, JournalEvent, RunVerdict
 from faultday.report.series import SeriesSet, read_series
 
@@ -436,7 +438,8 @@ def runbook_excerpt(journal: Journal, *, base_dir: Path) -> RunbookExcerpt | Non
         text = rb.render_runbook(journal.runbook, facts=facts, runbook_dir=rdir)
     except rb.RunbookError as exc:
         log.warning("%s", exc)
-        return RunbookExcerpt(journal.runbook, (("Note", str(exc)),))
+        # The message quotes the journal's runbook name: text, not Markdown.
+        return RunbookExcerpt(journal.runbook, (("Note", markdown.inline(exc)),))
     secs = rb.sections(text)
     want = ("First checks", "Switching traffic", "Actions", "Verify recovery")
     return RunbookExcerpt(journal.runbook, tuple((h, secs[h]) for h in want if h in secs))
