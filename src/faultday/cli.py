@@ -7,11 +7,9 @@ Exit codes (also in the README): 0 passed, 1 checks failed, 2 invalid input,
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 from enum import IntEnum
 from pathlib import Path
-from types import FrameType
 from typing import Annotated
 
 import typer
@@ -274,6 +272,7 @@ def _execute(
     driver_config: Path | None = None,
 ) -> Journal:
     from faultday.engine.display import StatusView
+    from faultday.engine.interrupts import SignalPolicy
     from faultday.engine.runner import Run, RunOptions
     from faultday.engine.stacks import default_stack_factory
     from faultday.report.render import render_all
@@ -290,24 +289,17 @@ def _execute(
     options.on_status = view.update
     the_run = Run(loaded, options)
     console.print(f"run folder: {the_run.run_dir}")
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        if the_run._stop.is_set():
-            raise KeyboardInterrupt  # second signal: stop waiting, still revert in finally
-        the_run.request_stop(f"interrupted by {signal.Signals(signum).name}")
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    policy = SignalPolicy(say=lambda text: console.print(f"[yellow]{text}[/]"))
+    policy.attach(the_run)
+    # Installed for the rendering too: a signal there must not lose the report.
+    with policy.installed():
         if show:
             with Live(view, console=console, refresh_per_second=4, transient=True):
                 journal = the_run.execute(default_stack_factory)
         else:
             journal = the_run.execute(default_stack_factory)
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-    for err in render_all(journal, Path(journal.run_dir)):
-        console.print(f"[red]report error[/] {err}")
+        for err in render_all(journal, Path(journal.run_dir)):
+            console.print(f"[red]report error[/] {err}")
     return journal
 
 
@@ -359,7 +351,10 @@ def recover(
     if not dirs:
         out.print("nothing to recover")
     if failed:
-        console.print(f"[red]{failed} reverts or cleanups failed[/]")
+        console.print(
+            f"[red]{failed} reverts, cleanups or process stops failed[/]: they stay outstanding"
+            " in the ledger; fix the cause and run `faultday recover` again"
+        )
         raise typer.Exit(Exit.ERROR)
 
 

@@ -15,7 +15,8 @@ import pytest
 from tests.conftest import FAULTDAY, ROOT, faultday, processes_mentioning
 
 from faultday.engine.ledger import Ledger
-from faultday.engine.recover import recover_run
+from faultday.engine.marked import marked_pids
+from faultday.engine.recover import find_ledgers, recover_run
 from faultday.injectors.base import Revert
 
 DATA = Path(__file__).parent / "data"
@@ -152,3 +153,89 @@ def test_a_torn_last_ledger_line_is_tolerated(tmp_path: Path) -> None:
     with ledger.path.open("a") as fh:
         fh.write('{"op": "done", "id": ')  # the harness died mid-write
     assert [r.id for r in ledger.outstanding_reverts()] == [rev.id]
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_recover_keep_processes_fails_a_restart_it_cannot_do_and_keeps_it_outstanding(
+    tmp_path: Path,
+) -> None:
+    harness, run_dir = _start_run(tmp_path, "long-kill.scenario.yaml")
+    try:
+        _wait(lambda: Ledger.in_dir(run_dir).outstanding_reverts(), 30, "the kill")
+        time.sleep(0.3)
+        harness.send_signal(signal.SIGKILL)
+        harness.wait(10)
+        # The killed server cannot come back while its stack is kept: a failure, exit 4.
+        r = faultday("recover", str(run_dir), "--keep-processes")
+        assert r.returncode == 4, r.stdout + r.stderr
+        assert "FAILED to revert process_kill on web (fault down)" in r.stdout
+        assert "web cannot be restarted" in r.stdout
+        assert "reverted process_kill" not in r.stdout
+        assert [x.fault for x in Ledger.in_dir(run_dir).outstanding_reverts()] == ["down"]
+        # Without --keep-processes the restart is moot: the stack is stopped.
+        r = faultday("recover", str(run_dir))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "reverted process_kill on web (fault down)" in r.stdout
+        ledger = Ledger.in_dir(run_dir)
+        assert ledger.outstanding_reverts() == [] and ledger.outstanding_processes() == []
+        assert marked_pids(ledger.markers()) == {}
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+
+
+def _spawn_marked(ledger: Ledger, tmp_path: Path) -> subprocess.Popen[bytes]:
+    """As the supervisor does, minus the PID record: a harness killed right after Popen."""
+    env = {**os.environ, **ledger.add_spawn("stray")}
+    # A leader in its own session whose child leaves that session too: only the marker
+    # ties the child to the run.
+    code = (
+        "import os,subprocess,sys,time\n"
+        "subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)'],"
+        " start_new_session=True)\n"
+        "time.sleep(60)\n"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path)], env=env, start_new_session=True
+    )
+
+
+def test_recover_finds_processes_by_marker_when_their_pid_never_reached_the_ledger(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "r" / "20260101T000000-x"
+    ledger = Ledger.in_dir(run_dir)
+    outside = tmp_path / "outside-tmp"
+    ledger.add_tmp(outside)
+    outside.mkdir()
+    (run_dir / "tmp").mkdir()
+    leader = _spawn_marked(ledger, tmp_path)
+    try:
+        found = _wait(lambda: marked_pids(ledger.markers()).get(ledger.marker(), []), 10, "pids")
+        _wait(lambda: len(marked_pids(ledger.markers())[ledger.marker()]) == 2, 10, "the child")
+        assert ledger.outstanding_processes() == []  # nothing recorded by PID
+        assert find_ledgers(tmp_path / "r") == [run_dir]
+        r = faultday("recover", "--report-dir", str(tmp_path / "r"))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.count("found by the run's marker") == 2, r.stdout
+        assert marked_pids(ledger.markers()) == {}
+        assert not outside.exists() and not (run_dir / "tmp").exists()
+        assert all(not psutil.pid_exists(p) or _zombie(p) for p in found)
+        # A second recover finds nothing.
+        assert find_ledgers(tmp_path / "r") == []
+        assert faultday("recover", "--report-dir", str(tmp_path / "r")).stdout.strip() == (
+            "nothing to recover"
+        )
+    finally:
+        for pids in marked_pids(ledger.markers()).values():
+            for p in pids:
+                os.kill(p, signal.SIGKILL)
+        leader.kill()
+        leader.wait()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

@@ -17,7 +17,8 @@ import psutil
 import pytest
 from tests.llmsim.conftest import Sim
 
-from faultday.errors import InjectionError
+from faultday.engine.recover import RecoverContext
+from faultday.errors import FaultdayError, InjectionError
 from faultday.injectors.base import Injector, Revert, Target, TargetKind, injector_registry
 from faultday.injectors.gpu import find_engine_core
 
@@ -78,14 +79,17 @@ def test_gpu_loss_on_llmsim_dies_then_revert_restarts_once(
     assert ctx.restarts == ["llm-primary"]
 
 
-def test_gpu_loss_revert_during_recover_does_not_restart(
+def test_gpu_loss_revert_during_recover_is_moot_when_the_stack_stops_and_fails_when_kept(
     start_sim: Callable[..., Sim], tmp_path: Path
 ) -> None:
     sim = start_sim()
     ctx = Ctx(tmp_path, {"llm-primary": sim_target(sim)}, lambda _: sim_target(start_sim()))
     inj, revert = cycle("gpu_loss", ctx, ctx.target("llm-primary"), {"oom": True})
-    ctx.live = False
-    inj.revert(ctx, revert)
+    # recover: the stack is stopped next, so there is nothing to restart.
+    inj.revert(RecoverContext(run_dir=tmp_path, stack_stops=True), revert)
+    # recover --keep-processes: the replica would stay dead; that is a failed revert.
+    with pytest.raises(FaultdayError, match="llm-primary cannot be restarted"):
+        inj.revert(RecoverContext(run_dir=tmp_path, stack_stops=False), revert)
     assert ctx.restarts == []
 
 

@@ -16,9 +16,11 @@ normal path (after reading what it needs from it) and marks it done; only
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +32,15 @@ from faultday.errors import FaultdayError
 from faultday.injectors.base import Revert
 from faultday.plugins import Registry
 
+log = logging.getLogger(__name__)
+
 LEDGER_NAME = "ledger.jsonl"
+# Every process the harness starts carries this variable, set to its ledger's marker, and
+# passes it on to its own children (tritonserver, Python stubs, Locust workers): recover
+# finds them by it even when the harness died before it could write their PIDs down.
+MARKER_ENV = "FAULTDAY_MARKER"
+# Inside the folder that holds the ledger: the TMPDIR of every process it records.
+RUN_TMP_DIR = "tmp"
 # Its own entry-point group, not faultday.injectors: a cleanup is no fault, and an
 # injector entry would be offered to scenarios (`inject: ...`) and listed as one.
 CLEANUPS = "faultday.cleanups"
@@ -73,7 +83,8 @@ class Ledger:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._marker: str | None = None
         path.parent.mkdir(parents=True, exist_ok=True)
 
     @classmethod
@@ -84,12 +95,52 @@ class Ledger:
         record = {"ts": time.time(), **record}
         line = json.dumps(record, separators=(",", ":")) + "\n"
         with self._lock:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
             try:
+                # A torn last line (a harness killed mid-write, a full disk) must not swallow
+                # this record: start it on a line of its own.
+                if _ends_torn(fd):
+                    line = "\n" + line
                 os.write(fd, line.encode())
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+    def marker(self) -> str:
+        """This ledger's process marker (the value of MARKER_ENV), written once, on first use."""
+        with self._lock:
+            if self._marker is None:
+                found = [r["marker"] for r in self.records() if r.get("op") == "marker"]
+                self._marker = str(found[0]) if found else uuid.uuid4().hex
+                if not found:
+                    self._append({"op": "marker", "marker": self._marker})
+            return self._marker
+
+    def markers(self) -> set[str]:
+        """Every marker this ledger handed out (one, or none if nothing was ever spawned)."""
+        return {str(r["marker"]) for r in self.records() if r.get("op") == "marker"}
+
+    def add_spawn(self, component: str) -> dict[str, str]:
+        """Before a spawn: the intent, on disk. Returns the variables the child must carry."""
+        marker = self.marker()
+        self._append({"op": "spawn", "component": component})
+        return {MARKER_ENV: marker}
+
+    def add_tmp(self, path: Path) -> None:
+        """Before creating it: a temporary path outside the run folder, removed by recover."""
+        self._append({"op": "tmp", "path": str(path)})
+
+    def tmp_paths(self) -> list[Path]:
+        """Temporary paths recorded with ``add_tmp`` (recover removes those that still exist)."""
+        return [Path(str(r["path"])) for r in self.records() if r.get("op") == "tmp"]
+
+    def note_phase(self, phase: str) -> None:
+        """Where the run is: tells recover (and a reader) in which phase a harness died."""
+        self._append({"op": "phase", "phase": phase})
+
+    def last_phase(self) -> str | None:
+        phases = [str(r["phase"]) for r in self.records() if r.get("op") == "phase"]
+        return phases[-1] if phases else None
 
     def add_revert(self, revert: Revert) -> None:
         self._append({"op": "revert", "revert": revert.to_json()})
@@ -122,18 +173,22 @@ class Ledger:
         if not self.path.exists():
             return []
         out: list[dict[str, JsonValue]] = []
-        lines = self.path.read_text().splitlines()
+        try:
+            lines = self.path.read_bytes().decode("utf-8", errors="replace").splitlines()
+        except OSError as exc:
+            raise FaultdayError(f"{self.path}: cannot read the ledger: {exc}") from exc
         for n, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
-                # A harness killed mid-write leaves at most a torn last line.
-                if n == len(lines):
-                    break
-                raise FaultdayError(f"{self.path}:{n}: corrupt ledger line: {exc}") from exc
-            out.append(rec)
+                # A harness killed mid-write (or a full disk) tears a record. It was written
+                # *before* its action, so the action never began: skip it, keep the rest.
+                log.warning("%s:%d: torn ledger record skipped: %s", self.path, n, exc)
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
         return out
 
     def _outstanding(self, op: str, done_op: str) -> list[Revert]:
@@ -141,7 +196,11 @@ class Ledger:
         for rec in self.records():
             raw = rec.get(op)
             if rec.get("op") == op and isinstance(raw, dict):
-                rev = Revert.from_json(raw)
+                try:
+                    rev = Revert.from_json(raw)
+                except (KeyError, TypeError, ValueError) as exc:
+                    log.warning("%s: malformed %s record skipped: %s", self.path, op, exc)
+                    continue
                 pending[rev.id] = rev
             elif rec.get("op") == done_op and rec.get("ok"):
                 pending.pop(str(rec.get("id")), None)
@@ -160,14 +219,23 @@ class Ledger:
         procs: dict[int, ProcessRecord] = {}
         for rec in self.records():
             op = rec.get("op")
-            if op == "process":
-                pid = int(rec["pid"])  # type: ignore[arg-type]
-                procs[pid] = ProcessRecord(
-                    component=str(rec["component"]),
-                    pid=pid,
-                    pgid=int(rec["pgid"]),  # type: ignore[arg-type]
-                    create_time=float(rec["create_time"]),  # type: ignore[arg-type]
-                )
-            elif op == "stopped":
-                procs.pop(int(rec["pid"]), None)  # type: ignore[arg-type]
+            try:
+                if op == "process":
+                    pid = int(rec["pid"])  # type: ignore[arg-type]
+                    procs[pid] = ProcessRecord(
+                        component=str(rec["component"]),
+                        pid=pid,
+                        pgid=int(rec["pgid"]),  # type: ignore[arg-type]
+                        create_time=float(rec["create_time"]),  # type: ignore[arg-type]
+                    )
+                elif op == "stopped":
+                    procs.pop(int(rec["pid"]), None)  # type: ignore[arg-type]
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("%s: malformed %s record skipped: %r (%s)", self.path, op, rec, exc)
         return list(reversed(procs.values()))
+
+
+def _ends_torn(fd: int) -> bool:
+    """True when the file does not end with a newline (its last record is torn)."""
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from faultday.engine.clock import Clock
+from faultday.engine.ledger import Ledger
 from faultday.injectors.base import Target
 from faultday.observe.records import Observations
 from faultday.scenario.models import Scenario
@@ -27,6 +28,11 @@ class RunView(Protocol):
 
     @property
     def clock(self) -> Clock: ...
+
+    @property
+    def ledger(self) -> Ledger:
+        """Where a participant records a process before it spawns it (recover stops it)."""
+        ...
 
     @property
     def observations(self) -> Observations: ...

@@ -4,10 +4,12 @@ a participant or driver created), then stop its processes."""
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from faultday.engine.ledger import LEDGER_NAME, Ledger, cleanup_registry
+from faultday.engine.ledger import LEDGER_NAME, RUN_TMP_DIR, Ledger, cleanup_registry
+from faultday.engine.marked import marked_pids
 from faultday.errors import FaultdayError
 from faultday.injectors.base import Target, injector_registry
 
@@ -15,17 +17,28 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class _RecoverCtx:
+class RecoverContext:
     """FaultContext without a live stack: reverts act on the ledger's data alone."""
 
     run_dir: Path
     live: bool = False
+    # True when recover goes on to stop the stack's processes: a revert that would
+    # restart a component is then moot. False with --keep-processes: it cannot be done.
+    stack_stops: bool = True
 
     def target(self, name: str) -> Target:
         raise FaultdayError(f"no live stack during recover (target {name!r})")
 
     def restart(self, component: str, *, timeout: float) -> None:
-        raise FaultdayError(f"no live stack during recover (restart {component!r})")
+        if self.stack_stops:
+            # Recover stops every process of the run next: nothing is left to restart.
+            log.info("%s: not restarted; recover stops the stack", component)
+            return
+        raise FaultdayError(
+            f"{component} cannot be restarted without a live stack, and --keep-processes "
+            "keeps the stack running: it stays broken. Run `faultday recover` without "
+            "--keep-processes to stop the stack, or restart the component yourself"
+        )
 
 
 @dataclass(slots=True)
@@ -38,33 +51,39 @@ class RecoverResult:
 
 
 def find_ledgers(report_dir: Path) -> list[Path]:
-    """Run folders under ``report_dir`` with anything outstanding in their ledger."""
+    """Run folders under ``report_dir`` with anything outstanding in their ledger.
+
+    Outstanding: a revert, a cleanup or a process record not yet closed, or a live
+    process carrying the ledger's marker (spawned before its PID could be written).
+    """
     if not report_dir.is_dir():
         return []
-    out = []
     # Runs sit directly under it; shared stacks of game days and pytest sessions one deeper.
-    for ledger_path in sorted(report_dir.rglob(LEDGER_NAME)):
-        ledger = Ledger(ledger_path)
-        if (
-            ledger.outstanding_reverts()
-            or ledger.outstanding_cleanups()
-            or ledger.outstanding_processes()
-        ):
-            out.append(ledger_path.parent)
-    return out
+    ledgers = [Ledger(p) for p in sorted(report_dir.rglob(LEDGER_NAME))]
+    markers = {m: ledger for ledger in ledgers for m in ledger.markers()}
+    alive = {id(markers[m]) for m in marked_pids(set(markers))}
+    return [
+        ledger.path.parent
+        for ledger in ledgers
+        if id(ledger) in alive
+        or ledger.outstanding_reverts()
+        or ledger.outstanding_cleanups()
+        or ledger.outstanding_processes()
+    ]
 
 
 def recover_run(run_dir: Path, *, stop_processes: bool = True) -> RecoverResult:
     """Revert LIFO; a revert that fails is reported and does not stop the others."""
     ledger = Ledger.in_dir(run_dir)
     result = RecoverResult()
-    ctx = _RecoverCtx(run_dir=run_dir)
+    ctx = RecoverContext(run_dir=run_dir, stack_stops=stop_processes)
     registry = injector_registry()
     for revert in ledger.outstanding_reverts():
         what = f"{revert.injector} on {revert.target} (fault {revert.fault})"
         try:
             registry.get(revert.injector)().revert(ctx, revert)
         except Exception as exc:
+            # Stays outstanding (only ok=True closes it): a later recover tries again.
             ledger.revert_done(revert, ok=False, error=str(exc))
             result.failed += 1
             result.messages.append(f"FAILED to revert {what}: {exc}")
@@ -103,12 +122,24 @@ def _run_cleanups(ledger: Ledger, result: RecoverResult) -> None:
 
 
 def _stop_processes(ledger: Ledger, result: RecoverResult) -> list[str]:
-    if not ledger.outstanding_processes():
-        return []
     try:
-        from faultday.stack.supervisor import stop_recorded_processes
+        from faultday.stack.supervisor import stop_marked_processes, stop_recorded_processes
     except ImportError as exc:  # a build without the stack driver
-        return [f"cannot stop {len(ledger.outstanding_processes())} processes: {exc}"]
+        n = len(ledger.outstanding_processes())
+        return [f"cannot stop {n} processes: {exc}"] if n else []
     messages = stop_recorded_processes(ledger)
     result.stopped += len(messages)
-    return messages
+    # Then whatever still carries the run's marker: spawned before its PID reached the
+    # ledger, or a helper that left its group.
+    marked = stop_marked_processes(ledger)
+    result.stopped += marked.stopped
+    result.failed += marked.failed
+    removed = []
+    if not marked_pids(ledger.markers()):
+        # The processes' TMPDIR inside the run folder and the temporary paths recorded
+        # outside it (a stack's own down removes them too).
+        for path in [ledger.path.parent / RUN_TMP_DIR, *ledger.tmp_paths()]:
+            if path.exists():
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(f"removed {path}")
+    return messages + marked.messages + removed

@@ -96,13 +96,23 @@ class _FaultCtx:
 
     run_dir: Path
     stack: object
+    hurry: threading.Event
     live: bool = True
 
     def target(self, name: str) -> Target:
         return self.stack.target(name)  # type: ignore[attr-defined,no-any-return]
 
     def restart(self, component: str, *, timeout: float) -> None:
-        self.stack.restart(component, timeout=timeout)  # type: ignore[attr-defined]
+        if self.hurry.is_set():
+            log.warning("%s: restart skipped (signalled to hurry; the stack goes down)", component)
+            return
+        try:
+            self.stack.restart(component, timeout=timeout)  # type: ignore[attr-defined]
+        except StackError:
+            if not self.hurry.is_set():
+                raise
+            # The wait for readiness was cut short on purpose: the stack goes down next.
+            log.warning("%s: restart cut short (signalled to hurry)", component)
 
 
 class Run:
@@ -137,6 +147,8 @@ class Run:
         }
         self._stop = threading.Event()
         self._stop_reason = ""
+        self._hurry = threading.Event()  # a signal during the reverts: skip restart waits
+        self.reverting = False  # from the first revert of _finish on: signals never interrupt
         self._lock = threading.Lock()
         self.journal = Journal(
             faultday_version=__version__,
@@ -205,26 +217,49 @@ class Run:
         """Ask the run to stop: reverts run, verdict aborted (safe from a signal handler)."""
         self._stop_reason = self._stop_reason or reason
         self._stop.set()
+        if self.phase == Phase.STACK_UP and self.options.shared_stack is None:
+            self._interrupt_stack()  # a stack still starting gives up its waits now
+
+    def hurry(self) -> None:
+        """Skip the waits for restarts in the reverts still to run (a signal during them)."""
+        self._hurry.set()
+        self._interrupt_stack()
+
+    def _interrupt_stack(self) -> None:
+        # Only the process driver can cut its waits short; the others finish theirs.
+        interrupt = getattr(self.stack, "interrupt", None)
+        if interrupt is not None and self.options.shared_stack is None:
+            interrupt()
+
+    def _check_stop(self) -> None:
+        if self._stop.is_set():
+            raise _Stopped
 
     # ---- the phases ---------------------------------------------------------------
     def execute(self, stack_factory: Callable[[Run], object]) -> Journal:
         """Run every phase; always revert, stop the stack and write the journal."""
         try:
             self._set_phase(Phase.STACK_UP)
+            self._check_stop()
             if self.options.shared_stack is not None:
                 self.stack = self.options.shared_stack
             else:
                 self.stack = stack_factory(self)
                 self.stack.up()  # type: ignore[attr-defined]
+            self._check_stop()
             self._describe_stack()
             self._start_participants()
+            self._check_stop()
             self._set_phase(Phase.WARMUP)
             self._warmup()
             self._timeline()
         except _Stopped:
             self._fail(RunVerdict.ABORTED, self._stop_reason or "stopped")
         except StackError as exc:
-            self._fail(RunVerdict.ERROR, f"stack error: {exc}")
+            if self._stop.is_set():  # a start-up cut short by the stop that was asked for
+                self._fail(RunVerdict.ABORTED, self._stop_reason or "stopped")
+            else:
+                self._fail(RunVerdict.ERROR, f"stack error: {exc}")
         except FaultdayError as exc:
             self._fail(RunVerdict.ERROR, str(exc))
         except KeyboardInterrupt:
@@ -238,6 +273,10 @@ class Run:
 
     def _set_phase(self, phase: Phase) -> None:
         self.phase = phase
+        try:
+            self.ledger.note_phase(str(phase))
+        except OSError as exc:  # a full disk must not stop the reverts that follow
+            log.error("cannot note phase %s in the ledger: %s", phase, exc)  # noqa: TRY400
         self.event("phase", str(phase))
         self._status()
 
@@ -342,7 +381,7 @@ class Run:
         injector = self.injectors.get(fault.inject)()
         params = injector.parse(fault.with_)
         target = self.target(fault.target)
-        ctx = _FaultCtx(run_dir=self.run_dir, stack=self.stack)
+        ctx = _FaultCtx(run_dir=self.run_dir, stack=self.stack, hurry=self._hurry)
         revert = injector.prepare(ctx, target, params, fault=fault.name)
         self.ledger.add_revert(revert)  # on disk before the fault acts: recover can undo it
         entry = self.fault_log[fault.name]
@@ -371,7 +410,7 @@ class Run:
             self.active[fault.name] = active
 
     def _revert_one(self, active: _ActiveFault) -> bool:
-        ctx = _FaultCtx(run_dir=self.run_dir, stack=self.stack)
+        ctx = _FaultCtx(run_dir=self.run_dir, stack=self.stack, hurry=self._hurry)
         entry = self.fault_log[active.fault.name]
         try:
             active.injector.revert(ctx, active.revert)
@@ -495,6 +534,7 @@ class Run:
             self.event("abort", reason)
 
     def _finish(self) -> None:
+        self.reverting = True  # first: from here on a signal never raises into a revert
         if self._stop.is_set() and self.journal.verdict == RunVerdict.RUNNING:
             self._fail(RunVerdict.ABORTED, self._stop_reason or "stopped")
         reverted_at = time.monotonic()
@@ -519,11 +559,30 @@ class Run:
                 self.stack.down()  # type: ignore[attr-defined]
             except Exception as exc:  # noqa: BLE001 - journaled; fails the run
                 self.error(f"stack down failed: {exc}")
+        self._sweep()
         self.journal.faults = list(self.fault_log.values())
         self.journal.verdict = self._verdict()
         self.journal.ended = time.time()
         self._set_phase(Phase.DONE)
         self.journal.write(self.run_dir)
+
+    def _sweep(self) -> None:
+        """Stop anything still carrying this run's marker: nothing the run started outlives it.
+
+        Normally nothing: the stack and the load stopped what they started. A process
+        spawned while a signal cut a start-up short, or one that left its group, is
+        found here by its marker and stopped (and the sweep is journaled).
+        """
+        try:
+            from faultday.stack.supervisor import stop_marked_processes
+        except ImportError:  # a build without the process driver started no process
+            return
+        done = stop_marked_processes(self.ledger)
+        if done.messages:
+            log.warning("stopped leftovers of the run: %s", "; ".join(done.messages))
+            self.event("sweep", f"{done.stopped} leftover processes stopped", lines=done.messages)
+        if done.failed:
+            self.error(f"{done.failed} processes of the run could not be stopped")
 
     def _verdict(self) -> RunVerdict:
         if self.journal.verdict not in (RunVerdict.RUNNING, RunVerdict.PASSED):

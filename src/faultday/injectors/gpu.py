@@ -220,9 +220,8 @@ class GpuLoss(Injector):
             return
         if self._serving(ctx, revert):
             return  # the fault never landed, or the component was restarted already
-        if not ctx.live:
-            log.warning("%s: not restarted (no live stack during recover)", revert.target)
-            return
+        # During recover the context decides: moot when the stack is being stopped,
+        # a failure (the replica stays dead) when its processes are kept.
         ctx.restart(revert.target, timeout=_float(revert.data, "timeout", 120.0))
 
     @staticmethod

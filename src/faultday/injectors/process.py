@@ -100,9 +100,6 @@ class ProcessKill(Injector):
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
         if revert.action != "restart":
             return
-        if not ctx.live:
-            log.warning("%s: not restarted (no live stack during recover)", revert.target)
-            return
         pid, created = int(revert.data["pid"]), float(revert.data["create_time"])  # type: ignore[arg-type]
         if _same_process(pid, created) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
             return  # the kill never landed (or a non-fatal signal): nothing to restart

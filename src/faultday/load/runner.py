@@ -13,6 +13,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
+from faultday.engine.ledger import RUN_TMP_DIR, ProcessRecord
 from faultday.engine.participants import RunView
 from faultday.errors import FaultdayError
 from faultday.load.config import (
@@ -196,7 +199,20 @@ class LocustLoad:
             self._popen(argv, cfg, logs / f"{self.options.log_name}-worker{i}.log")
 
     def _popen(self, argv: list[str], cfg: LoadConfig, log_path: Path) -> None:
-        env = {**os.environ, ENV_VAR: cfg.model_dump_json(), "PYTHONUNBUFFERED": "1"}
+        assert self._run is not None
+        ledger = self._run.ledger
+        name = log_path.stem  # load, load-master, load-worker0 …
+        tmp = self._run.run_dir / RUN_TMP_DIR
+        tmp.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            ENV_VAR: cfg.model_dump_json(),
+            "PYTHONUNBUFFERED": "1",
+            "TMPDIR": str(tmp),
+            # The intent reaches the ledger before the process exists: recover finds it by
+            # this marker even if the harness dies before the PID is written.
+            **ledger.add_spawn(name),
+        }
         with log_path.open("ab") as fh:
             # Own session: a Ctrl-C at the terminal reaches the harness, which stops us by PID.
             proc = subprocess.Popen(
@@ -209,6 +225,7 @@ class LocustLoad:
             )
         self.procs.append(proc)
         self._logs.append(log_path)
+        ledger.add_process(ProcessRecord(name, proc.pid, proc.pid, _create_time(proc.pid)))
         log.info("load process %d: %s", proc.pid, " ".join(argv[2:]))
 
     def stop(self) -> None:
@@ -227,6 +244,8 @@ class LocustLoad:
             except subprocess.TimeoutExpired:
                 os.kill(p.pid, signal.SIGKILL)
                 p.wait(5)
+            if self._run is not None:
+                self._run.ledger.process_stopped(p.pid)
         if self.sink is not None:
             self.sink.stop()
         self._report()
@@ -260,6 +279,13 @@ def _tail(path: Path, lines: int = 5) -> str:
     except OSError:
         return f"(no log at {path})"
     return " | ".join(text[-lines:]) or f"(empty log {path})"
+
+
+def _create_time(pid: int) -> float:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return time.time()  # already gone; the record still lets recover skip it
 
 
 def _free_port() -> int:

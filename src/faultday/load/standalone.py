@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from faultday.engine.clock import Clock
+from faultday.engine.ledger import Ledger
 from faultday.errors import StackError
 from faultday.injectors.base import Target
 from faultday.observe.records import Observations
@@ -28,6 +29,10 @@ class StandaloneRun:
     events: list[tuple[str, str, dict[str, object]]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def ledger(self) -> Ledger:
+        return Ledger.in_dir(self.run_dir)
 
     def endpoints(self) -> dict[str, str]:
         return dict(self.urls)

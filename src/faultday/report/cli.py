@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -126,19 +124,12 @@ def gameday(
 ) -> None:
     """Run a suite of scenarios; write the scorecard, trend, JUnit and runbooks."""
     from faultday.cli import VERDICT_EXIT
+    from faultday.engine.interrupts import SignalPolicy
     from faultday.report import gameday as gdm
     from faultday.report.view import scenario_name
 
     show = sys.stderr.isatty() if progress is None else progress
-    state: dict[str, object] = {}
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        if state.get("stop"):
-            raise KeyboardInterrupt  # second signal: stop waiting; reverts still run
-        state["stop"] = True
-        run = state.get("run")
-        if run is not None:
-            run.request_stop(f"interrupted by {signal.Signals(signum).name}")  # type: ignore[attr-defined]
+    policy = SignalPolicy(say=lambda text: console.print(f"[yellow]{text}[/]"))
 
     bar = Progress(
         SpinnerColumn(),
@@ -175,23 +166,18 @@ def gameday(
         colour = {"passed": "green", "failed": "red"}.get(v, "yellow")
         bar.console.print(f"[{colour}]{v.upper():8}[/] {scenario_name(journal)} — {journal.reason}")
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with bar:
-            gd, folder = gdm.run_gameday(
-                paths or [Path("scenarios")],
-                tags=tag or (),
-                time_scale=time_scale,
-                report_dir=report_dir,
-                reuse_stack=not fresh_stack,
-                runbook_stack=runbook_stack,
-                progress=gdm.Progress(on_start=on_start, on_status=on_status, on_done=on_done),
-                stop=lambda: bool(state.get("stop")),
-                on_run=lambda r: state.__setitem__("run", r),
-            )
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+    with policy.installed(), bar:
+        gd, folder = gdm.run_gameday(
+            paths or [Path("scenarios")],
+            tags=tag or (),
+            time_scale=time_scale,
+            report_dir=report_dir,
+            reuse_stack=not fresh_stack,
+            runbook_stack=runbook_stack,
+            progress=gdm.Progress(on_start=on_start, on_status=on_status, on_done=on_done),
+            stop=lambda: policy.stop_requested,
+            on_run=policy.attach,
+        )
     score = "—" if gd.score is None else f"{gd.score:.1f}"
     console.print(
         f"game day {gd.verdict.upper()} — resilience score {score}"

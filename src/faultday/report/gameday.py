@@ -26,7 +26,7 @@ from faultday.report.journal import Journal, RunVerdict
 from faultday.report.view import not_evaluated, scenario_name
 
 if TYPE_CHECKING:
-    from faultday.engine.runner import Status
+    from faultday.engine.runner import Run, Status
     from faultday.injectors.base import TargetKind
     from faultday.report.runbooks import Measured
     from faultday.scenario.loader import LoadedScenario
@@ -386,7 +386,7 @@ def run_gameday(
     progress: Progress | None = None,
     runbook_stack: str | None = None,
     stop: Callable[[], bool] | None = None,
-    on_run: Callable[[object], None] | None = None,
+    on_run: Callable[[Run], None] | None = None,
 ) -> tuple[GameDay, Path]:
     """Run every scenario in turn; write the game day's outputs; return it and its folder."""
     from faultday.report.render import render_all
@@ -461,7 +461,7 @@ def _run_one(
     time_scale: float,
     pool: StackPool | None,
     on_status: Callable[[Status], None] | None,
-    on_run: Callable[[object], None] | None,
+    on_run: Callable[[Run], None] | None,
 ) -> Journal:
     from faultday.engine.runner import Run, RunOptions
     from faultday.engine.stacks import default_stack_factory
@@ -474,6 +474,8 @@ def _run_one(
     if pool is not None:
         try:
             options.shared_stack = pool.get(loaded)
+        except KeyboardInterrupt:  # a second signal while the shared stack started
+            the_run.request_stop("interrupted while the shared stack started")
         except Exception:
             log.exception("shared stack for %s did not come up", loaded.scenario.name)
             options.shared_stack = None

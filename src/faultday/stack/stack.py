@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -22,7 +24,7 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict
 
-from faultday.engine.ledger import Ledger
+from faultday.engine.ledger import RUN_TMP_DIR, Ledger
 from faultday.errors import StackError
 from faultday.injectors.base import Target, TargetKind
 from faultday.plugins import did_you_mean
@@ -44,6 +46,7 @@ __all__ = ["ComponentInfo", "EdgeInfo", "Stack", "StackInfo", "stop_recorded_pro
 
 PROXY_API_TIMEOUT = 5.0
 LOG_DIR = "logs"
+TMP_DIR = RUN_TMP_DIR  # every component's TMPDIR; removed when the stack is down
 RUN_MARKER = "FAULTDAY_STACK_RUN"
 
 
@@ -117,6 +120,7 @@ class Stack:
         self._edges = {e.name: e for e in profile.edges()}
         self._t_up = 0.0
         self._ready_s: dict[str, float] = {}
+        self._tmp_home: Path | None = None
 
     # -- naming -------------------------------------------------------------------
 
@@ -199,6 +203,10 @@ class Stack:
         env["PYTHONUNBUFFERED"] = "1"
         # Inherited by every descendant: lets tests and `stack down` find strays.
         env[RUN_MARKER] = str(self.run_dir)
+        # What a component writes to temporary files stays in the run folder (Python's
+        # tempfile honours TMPDIR; PyTriton puts its workspace under PYTRITON_HOME).
+        env["TMPDIR"] = str(self.run_dir / TMP_DIR)
+        env["PYTRITON_HOME"] = str(self._pytriton_home())
         for k, v in self.profile.env_template(component).items():
             env[k] = self._render(component, v).strip(":")
         return Launch(
@@ -226,6 +234,8 @@ class Stack:
             raise StackError("the stack is already up")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / LOG_DIR).mkdir(exist_ok=True)
+        (self.run_dir / TMP_DIR).mkdir(exist_ok=True)
+        self.supervisor.reopen()
         self._plan = _Plan(
             ports={
                 c: {p: free_port() for p in self.profile.ports(c)}
@@ -242,35 +252,58 @@ class Stack:
             self.down()
             raise
 
+    def _pytriton_home(self) -> Path:
+        """PyTriton's workspace root: short, since it holds Unix sockets (108-byte paths).
+
+        A run folder can be long (pytest's tmp paths), so it lives in the system's
+        temporary folder, named after the ledger's marker and recorded in the ledger
+        before it exists: ``down`` and ``faultday recover`` remove it.
+        """
+        if self._tmp_home is None:
+            self._tmp_home = Path(tempfile.gettempdir()) / f"faultday-{self.ledger.marker()[:12]}"
+            self.ledger.add_tmp(self._tmp_home)
+        return self._tmp_home
+
+    def interrupt(self) -> None:
+        """End every wait for readiness now and start nothing more (a stop was asked for)."""
+        self.supervisor.interrupt()
+
     def _start_all(self, deadline: float) -> None:
         comps = list(self.profile.start_order())
+        pool = ThreadPoolExecutor(max_workers=max(1, len(comps)), thread_name_prefix="up")
+        try:
+            self._start_waves(pool, comps, deadline)
+        except BaseException:
+            # Threads still starting components must give up now, not at their readiness
+            # timeouts, and spawn nothing once the stack is down.
+            self.supervisor.interrupt()
+            raise
+        finally:
+            pool.shutdown(wait=True)
+
+    def _start_waves(self, pool: ThreadPoolExecutor, comps: list[str], deadline: float) -> None:
         deps = {c: self.profile.wait_for(c) for c in comps}
         done: set[str] = set()
         running: dict[Future[None], str] = {}
         proxy = self.profile.spec.proxy
         # Eager components start before the proxy is up; their edges follow it.
         late_edges = [e for e in self._edges.values() if self.profile.spec.components[e.src].eager]
-        with ThreadPoolExecutor(max_workers=max(1, len(comps)), thread_name_prefix="up") as pool:
-            while len(done) < len(comps):
-                if late_edges and self.proxied and proxy in done:
-                    self._post_edges(late_edges)
-                    late_edges = []
-                for c in comps:
-                    if c not in done and c not in running.values() and deps[c] <= done:
-                        running[pool.submit(self._start_one, c, deadline)] = c
-                left = deadline - time.monotonic()
-                finished, _ = wait(
-                    list(running), timeout=max(0.0, left), return_when=FIRST_COMPLETED
-                )
-                if not finished:
-                    names = ", ".join(sorted(running.values()))
-                    raise StackError(
-                        f"stack not up within the overall timeout; waiting for {names}"
-                    )
-                for f in finished:
-                    c = running.pop(f)
-                    f.result()  # raises the component's StackError
-                    done.add(c)
+        while len(done) < len(comps):
+            if late_edges and self.proxied and proxy in done:
+                self._post_edges(late_edges)
+                late_edges = []
+            for c in comps:
+                if c not in done and c not in running.values() and deps[c] <= done:
+                    running[pool.submit(self._start_one, c, deadline)] = c
+            left = deadline - time.monotonic()
+            finished, _ = wait(list(running), timeout=max(0.0, left), return_when=FIRST_COMPLETED)
+            if not finished:
+                names = ", ".join(sorted(running.values()))
+                raise StackError(f"stack not up within the overall timeout; waiting for {names}")
+            for f in finished:
+                c = running.pop(f)
+                f.result()  # raises the component's StackError
+                done.add(c)
 
     def _start_one(self, component: str, deadline: float) -> None:
         (self.run_dir / component).mkdir(parents=True, exist_ok=True)
@@ -322,6 +355,9 @@ class Stack:
         """Stop every process (by process group); idempotent, never raises for dead ones."""
         self.supervisor.stop_all()
         self._plan = None
+        shutil.rmtree(self.run_dir / TMP_DIR, ignore_errors=True)
+        if self._tmp_home is not None:
+            shutil.rmtree(self._tmp_home, ignore_errors=True)
 
     def restart(self, component: str, *, timeout: float) -> None:
         """Stop a component and start it again on the same ports; wait until ready."""

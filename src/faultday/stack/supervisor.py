@@ -26,10 +26,12 @@ from pathlib import Path
 import psutil
 
 from faultday.engine.ledger import Ledger, ProcessRecord
+from faultday.engine.marked import marked_pids
 from faultday.errors import StackError
 from faultday.stack import shm
 from faultday.stack.components import ProbeKind
 from faultday.stack.profile import ProbeSpec, RestartPolicy, RestartSpec
+from faultday.stack.tmpdirs import held_tmp_dirs, remove_tmp_dirs
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +209,7 @@ class Managed:
         self.next_restart_at = 0.0
         self.last_exit: int | None = None
         self.segments: set[str] = set()  # shared memory seen held by its group
+        self.tmp_dirs: set[Path] = set()  # Triton's hard-coded /tmp folders seen held by it
         self.segments_seen_at = 0.0
 
     @property
@@ -229,8 +232,19 @@ class Supervisor:
         self._on_event = on_event
         self._stop_monitor = threading.Event()
         self._monitor: threading.Thread | None = None
+        # Set while the stack is being stopped or a stop was asked for: no new spawns, and
+        # waits for readiness end at once (a thread starting a component must not outlive it).
+        self._closing = threading.Event()
         # Groups killed by the monitor whose segments are removed once they are gone.
-        self._dead_groups: list[tuple[int, set[str]]] = []
+        self._dead_groups: list[tuple[int, set[str], set[Path]]] = []
+
+    def interrupt(self) -> None:
+        """Stop starting things: refuse new spawns, end every wait for readiness now."""
+        self._closing.set()
+
+    def reopen(self) -> None:
+        """Allow spawns again (a stack brought up anew after a stop)."""
+        self._closing.clear()
 
     # -- starting ---------------------------------------------------------------
 
@@ -248,7 +262,13 @@ class Supervisor:
 
     def _spawn(self, m: Managed) -> None:
         launch = m.launch
+        if self._closing.is_set():
+            m.state = ProcState.EXITED
+            raise StackError(f"component {launch.component!r} not started: the stack is stopping")
         launch.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # The intent reaches the disk before the process exists: a harness killed right
+        # after Popen leaves a marker recover finds the process (and its children) by.
+        env = {**launch.env, **self.ledger.add_spawn(launch.component)}
         with launch.log_path.open("ab") as logf:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
             logf.write(f"--- {stamp} faultday starts: {' '.join(launch.argv)}\n".encode())
@@ -259,7 +279,7 @@ class Supervisor:
                     stdin=subprocess.DEVNULL,
                     stdout=logf,
                     stderr=subprocess.STDOUT,
-                    env=dict(launch.env),
+                    env=env,
                     cwd=launch.cwd,
                     start_new_session=True,
                 )
@@ -286,6 +306,8 @@ class Supervisor:
         limit = min(timeout, probe.timeout)
         deadline = time.monotonic() + limit
         while True:
+            if self._closing.is_set():
+                raise StackError(f"component {component!r}: stopped while waiting for it")
             code = m.exit_code()
             if code is not None:
                 raise self._failure(m, f"exited with code {code} before it was ready")
@@ -302,7 +324,9 @@ class Supervisor:
     def _note_segments(self, m: Managed) -> None:
         """Remember the shared memory its group holds now: a SIGKILL would leave it behind."""
         if m.launch.shm_segments and m.record is not None:
-            m.segments |= shm.held_segments(group_pids(m.record.pgid))
+            pids = group_pids(m.record.pgid)
+            m.segments |= shm.held_segments(pids)
+            m.tmp_dirs |= held_tmp_dirs(pids)
             m.segments_seen_at = time.monotonic()
 
     def _failure(self, m: Managed, why: str) -> StackError:
@@ -328,7 +352,9 @@ class Supervisor:
             for m in victims:
                 if m.record is not None and m.launch.shm_segments:
                     # Seen now, while alive: a SIGKILL below would leave them behind.
-                    m.segments = shm.held_segments(group_pids(m.record.pgid))
+                    pids = group_pids(m.record.pgid)
+                    m.segments = shm.held_segments(pids)
+                    m.tmp_dirs |= held_tmp_dirs(pids)
             for m in victims:
                 if m.record is not None:
                     if m.launch.term_group:
@@ -366,7 +392,8 @@ class Supervisor:
         m.last_exit = m.popen.poll()
         if m.launch.shm_segments:
             shm.remove_orphaned(m.segments | shm.leader_segments(m.record.pid))
-            m.segments = set()
+            remove_tmp_dirs(m.tmp_dirs)
+            m.segments, m.tmp_dirs = set(), set()
         self.ledger.process_stopped(m.record.pid)
         self._event(m.launch.component, f"stopped pid={m.record.pid}")
 
@@ -380,6 +407,7 @@ class Supervisor:
         return min(deadline, time.monotonic() + grace)
 
     def stop_all(self, *, grace: float | None = None) -> None:
+        self._closing.set()
         self._stop_monitor.set()
         with self._lock:
             names = list(self._procs)
@@ -394,10 +422,11 @@ class Supervisor:
         deadline = time.monotonic() + wait
         with self._lock:
             while True:
-                alive = [(g, names) for g, names in self._dead_groups if _group_alive(g)]
-                for g, names in self._dead_groups:
-                    if (g, names) not in alive:
-                        shm.remove_orphaned(names)
+                alive = [dead for dead in self._dead_groups if _group_alive(dead[0])]
+                for dead in self._dead_groups:
+                    if dead not in alive:
+                        shm.remove_orphaned(dead[1])
+                        remove_tmp_dirs(dead[2])
                 self._dead_groups = alive
                 if not alive or time.monotonic() >= deadline:
                     return
@@ -497,9 +526,9 @@ class Supervisor:
         if m.launch.shm_segments:
             # Killed, not stopped: only its leader-named region is known by now.
             self._dead_groups.append(
-                (m.record.pgid, m.segments | shm.leader_segments(m.record.pid))
+                (m.record.pgid, m.segments | shm.leader_segments(m.record.pid), m.tmp_dirs)
             )
-            m.segments = set()
+            m.segments, m.tmp_dirs = set(), set()
         self.ledger.process_stopped(m.record.pid)
         m.last_exit = code
         self._event(m.launch.component, f"exited code={code}")
@@ -557,6 +586,7 @@ def stop_recorded_processes(ledger: Ledger, *, grace: float = 3.0) -> list[str]:
     messages: list[str] = []
     todo: list[ProcessRecord] = []
     segments: dict[int, set[str]] = {}
+    tmp_dirs: dict[int, set[Path]] = {}
     for rec in ledger.outstanding_processes():
         try:
             p = psutil.Process(rec.pid)
@@ -580,7 +610,9 @@ def stop_recorded_processes(ledger: Ledger, *, grace: float = 3.0) -> list[str]:
             continue
         # Leader alive (verified), or leader gone with helpers left in its group: the
         # kernel never hands out a PID that is still in use as a process-group id.
-        segments[rec.pid] = shm.held_segments(group_pids(rec.pgid))
+        pids = group_pids(rec.pgid)
+        segments[rec.pid] = shm.held_segments(pids)
+        tmp_dirs[rec.pid] = held_tmp_dirs(pids)
         _signal_group(rec.pgid, signal.SIGTERM)
         _signal_group(rec.pgid, signal.SIGCONT)
         todo.append(rec)
@@ -598,15 +630,104 @@ def stop_recorded_processes(ledger: Ledger, *, grace: float = 3.0) -> list[str]:
                 _reap_child(rec.pid)
                 time.sleep(0.02)
         gone = _removed_segments(segments.get(rec.pid, set()) | shm.leader_segments(rec.pid))
+        gone += _removed_dirs(tmp_dirs.get(rec.pid, set()))
         messages.append(f"{rec.component} pid={rec.pid}: {how}{gone}")
         ledger.process_stopped(rec.pid)
     return messages
+
+
+@dataclass(frozen=True, slots=True)
+class MarkedStop:
+    """What ``stop_marked_processes`` did: one message a process, and the counts."""
+
+    messages: list[str]
+    stopped: int = 0
+    failed: int = 0
+
+
+def stop_marked_processes(ledger: Ledger, *, grace: float = 3.0) -> MarkedStop:
+    """Stop every live process carrying one of the ledger's markers; one message each.
+
+    What ``stop_recorded_processes`` cannot know: a process spawned just before the
+    harness died (its PID never written), a helper that left its group, a Locust
+    worker. Found by the marker in its environment, never by its name.
+    """
+    pids = sorted({p for found in marked_pids(ledger.markers()).values() for p in found})
+    if not pids:
+        return MarkedStop([])
+    names = {pid: _describe(pid) for pid in pids}
+    segments = shm.held_segments(pids)
+    for pid in pids:
+        segments |= shm.leader_segments(pid)
+    dirs = held_tmp_dirs(pids)
+    for pid in pids:
+        _signal_pid_or_group(pid, signal.SIGTERM)
+        _signal_pid_or_group(pid, signal.SIGCONT)
+    deadline = time.monotonic() + grace
+    left = _wait_gone(pids, deadline)
+    for pid in left:
+        _signal_pid_or_group(pid, signal.SIGKILL)
+    still = _wait_gone(left, time.monotonic() + 2.0)
+    messages = []
+    for pid in pids:
+        how = "killed (SIGKILL after SIGTERM)" if pid in left else "stopped (SIGTERM)"
+        if pid in still:
+            how = "could NOT be stopped"
+        messages.append(f"{names[pid]} pid={pid}: {how} (found by the run's marker)")
+    tail = _removed_segments(segments) + _removed_dirs(dirs)
+    if tail:
+        messages.append(f"left by them{tail}")
+    return MarkedStop(messages, stopped=len(pids) - len(still), failed=len(still))
+
+
+def _describe(pid: int) -> str:
+    try:
+        return psutil.Process(pid).name()
+    except psutil.Error:
+        return "process"
+
+
+def _signal_pid_or_group(pid: int, sig: signal.Signals) -> None:
+    """The whole group when ``pid`` leads one (its helpers go too), else the process alone."""
+    try:
+        leader = os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return
+    if leader:
+        _signal_group(pid, sig)
+    else:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _wait_gone(pids: list[int], deadline: float) -> list[int]:
+    """Wait until every pid is gone (zombies count as gone); returns those still running."""
+    while True:
+        alive = [pid for pid in pids if _running(pid)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        for pid in alive:
+            _reap_child(pid)
+        time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _removed_segments(names: set[str]) -> str:
     """Remove what the record's processes left in /dev/shm; a suffix for its message."""
     removed = shm.remove_orphaned(names)
     return f"; removed /dev/shm/{', /dev/shm/'.join(removed)}" if removed else ""
+
+
+def _removed_dirs(dirs: set[Path]) -> str:
+    """Remove Triton's /tmp folders of the record's processes; a suffix for its message."""
+    removed = remove_tmp_dirs(dirs)
+    return f"; removed {', '.join(removed)}" if removed else ""
 
 
 def _reap_child(pid: int) -> None:
