@@ -62,7 +62,8 @@ class FaultSpec(BaseModel):
 
     kind: FaultKind
     xid: int = Field(default=79, ge=1, le=999)
-    factor: float = Field(default=2.0, gt=0)
+    # Bounded and finite: a step already scheduled at x1e300 would outlast clearing the fault.
+    factor: float = Field(default=2.0, gt=0, le=1000, allow_inf_nan=False)
     id: str = Field(default="", max_length=64, pattern=r"^[A-Za-z0-9_.:-]*$")
 
     @model_validator(mode="after")

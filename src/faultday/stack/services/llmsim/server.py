@@ -13,16 +13,17 @@ import json
 import logging
 import os
 import random
+import re
 import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from faultday.stack.services.llmsim.config import SimConfig
 from faultday.stack.services.llmsim.engine import (
@@ -40,6 +41,11 @@ from faultday.stack.services.llmsim.faults import (
     kernel_line,
 )
 from faultday.stack.services.llmsim.metrics import HTTP_EXCLUDED, VllmMetrics
+from faultday.stack.services.llmsim.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    TokenizeRequest,
+)
 from faultday.stack.services.llmsim.text import (
     ToolCall,
     WordStream,
@@ -56,12 +62,18 @@ log = logging.getLogger(__name__)
 gpu_log = logging.getLogger("faultday.llmsim.gpu")
 
 Scope = dict[str, Any]
+GenerationRequest = ChatCompletionRequest | CompletionRequest
+BodyT = TypeVar("BodyT", bound=BaseModel)
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 MAX_BODY = 32 * 1024 * 1024
+# Deeper JSON is refused before anything walks it: the chat template and the
+# encoder recurse, and a few thousand brackets would exhaust the interpreter's stack.
+MAX_JSON_DEPTH = 64
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 MAX_LAG_S = 0.5
 IO_PASSES = 8
 _JSON = [(b"content-type", b"application/json")]
@@ -100,12 +112,38 @@ def bad_request(message: str, param: str | None = None) -> HttpError:
     return HttpError(400, message, "BadRequestError", param)
 
 
+def _error_detail(kind: str, loc: str, msg: str, shown: object, ctx: str = "") -> str:
+    detail = f"{{'type': '{kind}', 'loc': '{loc}', 'msg': {msg!r}, 'input': {shown!r}"
+    return detail + (f", 'ctx': {{'error': {ctx!r}}}}}" if ctx else "}")
+
+
 def validation_error(kind: str, loc: str, msg: str, *, items: int, ctx: str = "") -> HttpError:
     """A request that fails FastAPI's body validation: vLLM answers type ``Bad Request``."""
     shown = f"<dict of {items} items>"  # vLLM never echoes the body back
-    detail = f"{{'type': '{kind}', 'loc': '{loc}', 'msg': '{msg}', 'input': '{shown}'"
-    detail += f", 'ctx': {{'error': {ctx!r}}}}}" if ctx else "}"
+    detail = _error_detail(kind, loc, msg, shown, ctx)
     return HttpError(400, f"1 validation error:\n  {detail}", "Bad Request", loc)
+
+
+def _shown(value: Any) -> object:
+    """An error's input, summarised: never the body itself, never a huge string."""
+    if isinstance(value, dict | list):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    if isinstance(value, str) and len(value) > 80:
+        return value[:77] + "..."
+    return value if len(repr(value)) <= 80 else f"<{type(value).__name__}>"
+
+
+def body_validation_error(exc: ValidationError, err_type: str = "Bad Request") -> HttpError:
+    """Every schema error of a body, as FastAPI words them; ``param`` is the first one's field."""
+    errors = exc.errors(include_url=False)
+    locs = [".".join(["body", *map(str, e["loc"])]) for e in errors]
+    details = [
+        _error_detail(e["type"], loc, e["msg"], _shown(e.get("input")))
+        for e, loc in zip(errors, locs, strict=True)
+    ]
+    plural = "s" if len(errors) != 1 else ""
+    message = f"{len(errors)} validation error{plural}:\n" + "\n".join(f"  {d}" for d in details)
+    return HttpError(400, message, err_type, locs[0])
 
 
 class PlainError(Exception):
@@ -563,10 +601,11 @@ class LlmSim:
 
     async def _tokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = await read_json(receive)
-        if "messages" in body:
-            text = render_chat(_as_list(body.get("messages")), body.get("tools"))
+        req = _validate(TokenizeRequest, body)
+        if req.messages is not None:
+            text = render_chat(req.messages, _as_list(body.get("tools")) or None)
         else:
-            text = str(body.get("prompt", ""))
+            text = req.prompt
         ids = tokenize(text)
         await send_json(
             send,
@@ -611,7 +650,8 @@ class LlmSim:
         try:
             spec = FaultSpec.model_validate(body)
         except ValidationError as exc:
-            raise bad_request(f"invalid fault: {exc.errors(include_url=False)}") from exc
+            # The simulator's own API, not vLLM's: its errors keep the simulator's type.
+            raise body_validation_error(exc, "BadRequestError") from exc
         fault = self.apply_fault(spec)
         await send_json(send, 200, fault.model_dump())
 
@@ -624,61 +664,36 @@ class LlmSim:
     # --- generation -----------------------------------------------------------------------------
     async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = await read_json(receive)
-        # vLLM's request model requires ``messages``: FastAPI rejects the body before
-        # the handler runs (type "Bad Request"); an explicit null gets past it.
-        if "messages" not in body:
-            raise validation_error("missing", "body.messages", "Field required", items=len(body))
-        if body["messages"] is None:
+        # An explicit null gets past vLLM's request model and fails in its handler.
+        if "messages" in body and body["messages"] is None:
             raise bad_request("'NoneType' object is not iterable")
-        await self._generate(self._parse(body, chat=True), receive, send)
+        req = _validate(ChatCompletionRequest, body)
+        await self._generate(self._parse(req, body), receive, send)
 
     async def _completions(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = await read_json(receive)
-        await self._generate(self._parse(body, chat=False), receive, send)
+        req = _validate(CompletionRequest, body)
+        await self._generate(self._parse(req, body), receive, send)
 
-    def _parse(self, body: dict[str, Any], *, chat: bool) -> Parsed:
+    def _parse(self, req: GenerationRequest, body: dict[str, Any]) -> Parsed:
         cfg = self.config
-        model = body.get("model")
-        if model is not None and model not in (cfg.name, cfg.model):
-            raise HttpError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
-        if int(body.get("n") or 1) != 1:
+        chat = isinstance(req, ChatCompletionRequest)
+        if req.model is not None and req.model not in (cfg.name, cfg.model):
+            raise HttpError(
+                404, f"The model `{req.model}` does not exist.", "NotFoundError", "model"
+            )
+        if req.n not in (None, 1):
             raise bad_request("llmsim serves n=1 only", "n")
-        messages = _as_list(body.get("messages")) if chat else []
-        ids = tokenize(_prompt_text(body, messages, chat=chat)) or [0]
-        mlen = cfg.max_model_len
-        if len(ids) >= mlen:
-            raise bad_request(
-                f"This model's maximum context length is {mlen} tokens. However, your request "
-                f"has {len(ids)} input tokens. Please reduce the length of the input messages.",
-                "messages" if chat else "prompt",
-            )
-        raw_max = body.get("max_completion_tokens") or body.get("max_tokens")
-        max_tokens = int(raw_max) if raw_max is not None else mlen - len(ids)
-        if max_tokens < 1 or max_tokens > mlen - len(ids):
-            raise bad_request(
-                f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This "
-                f"model's maximum context length is {mlen} tokens and your request has "
-                f"{len(ids)} input tokens ({max_tokens} > {mlen} - {len(ids)}).",
-                "max_tokens",
-            )
-        user_seed = body.get("seed")
-        seed = request_seed(cfg, ids, int(user_seed) if user_seed is not None else None)
-        tools = _as_list(body.get("tools"))
-        tool = None
-        if chat and tools:
-            tool = choose_tool_call(
-                config=cfg,
-                tools=tools,
-                tool_choice=body.get("tool_choice", "auto"),
-                messages=messages,
-                seed=seed,
-            )
-        target, reason = self._output_length(body, seed=seed, max_tokens=max_tokens, tool=tool)
-        opts = body.get("stream_options") or {}
+        ids = tokenize(_prompt_text(req, body)) or [0]
+        max_tokens = self._max_tokens(req, prompt_len=len(ids))
+        seed = request_seed(cfg, ids, req.seed)
+        tool = self._tool_call(req, seed) if isinstance(req, ChatCompletionRequest) else None
+        target, reason = self._output_length(req, seed=seed, max_tokens=max_tokens, tool=tool)
+        opts = req.stream_options
         return Parsed(
             chat=chat,
-            stream=bool(body.get("stream")),
-            include_usage=bool(opts.get("include_usage")) if isinstance(opts, dict) else False,
+            stream=bool(req.stream),
+            include_usage=bool(opts is not None and opts.include_usage),
             prompt_ids=ids,
             max_tokens=max_tokens,
             target=target,
@@ -687,17 +702,61 @@ class LlmSim:
             tool=tool,
         )
 
+    def _max_tokens(self, req: GenerationRequest, *, prompt_len: int) -> int:
+        """The output budget, checked as vLLM checks it (its messages, word for word)."""
+        mlen = self.config.max_model_len
+        if prompt_len >= mlen:
+            raise bad_request(
+                f"This model's maximum context length is {mlen} tokens. However, your request "
+                f"has {prompt_len} input tokens. Please reduce the length of the input messages.",
+                "messages" if isinstance(req, ChatCompletionRequest) else "prompt",
+            )
+        asked = req.max_tokens
+        if isinstance(req, ChatCompletionRequest):
+            asked = req.max_completion_tokens or req.max_tokens
+        max_tokens = asked if asked is not None else mlen - prompt_len
+        if max_tokens < 1:
+            raise bad_request(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens")
+        if max_tokens > mlen - prompt_len:
+            raise bad_request(
+                f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This "
+                f"model's maximum context length is {mlen} tokens and your request has "
+                f"{prompt_len} input tokens ({max_tokens} > {mlen} - {prompt_len}).",
+                "max_tokens",
+            )
+        if req.min_tokens < 0:
+            raise bad_request(
+                f"min_tokens must be greater than or equal to 0, got {req.min_tokens}.",
+                "min_tokens",
+            )
+        if req.min_tokens > max_tokens:
+            raise bad_request(
+                f"min_tokens must be less than or equal to max_tokens={max_tokens}, "
+                f"got {req.min_tokens}.",
+                "min_tokens",
+            )
+        return max_tokens
+
+    def _tool_call(self, req: ChatCompletionRequest, seed: int) -> ToolCall | None:
+        if not req.tools:
+            return None
+        return choose_tool_call(
+            config=self.config,
+            functions=[t.function for t in req.tools],
+            tool_choice=req.tool_choice,
+            messages=req.messages,
+            seed=seed,
+        )
+
     def _output_length(
-        self, body: dict[str, Any], *, seed: int, max_tokens: int, tool: ToolCall | None
+        self, req: GenerationRequest, *, seed: int, max_tokens: int, tool: ToolCall | None
     ) -> tuple[int, FinishReason]:
         """How many tokens this request generates, and why it stops."""
         if tool is not None:
             return min(max_tokens, count_tokens(tool.arguments) + 1), FinishReason.STOP
         rng = random.Random(seed)  # noqa: S311 - reproducible lengths, not secrets
-        wanted = (
-            max_tokens if body.get("ignore_eos") else sample_length(self.config.output_len, rng)
-        )
-        wanted = max(wanted, int(body.get("min_tokens") or 0))
+        wanted = max_tokens if req.ignore_eos else sample_length(self.config.output_len, rng)
+        wanted = max(wanted, req.min_tokens)
         reason = FinishReason.STOP if wanted < max_tokens else FinishReason.LENGTH
         return min(wanted, max_tokens), reason
 
@@ -905,12 +964,13 @@ def _chat_opening(lv: Live, head: bytes) -> list[bytes]:
     return parts
 
 
-def _prompt_text(body: dict[str, Any], messages: list[dict[str, Any]], *, chat: bool) -> str:
-    if chat:
-        if not messages:
+def _prompt_text(req: GenerationRequest, body: dict[str, Any]) -> str:
+    if isinstance(req, ChatCompletionRequest):
+        if not req.messages:
             raise bad_request("messages must be a non-empty list", "messages")
-        return render_chat(messages, _as_list(body.get("tools")) or None)
-    prompt = body.get("prompt")
+        # The tools as the client sent them, not as parsed: the template renders them.
+        return render_chat(req.messages, _as_list(body.get("tools")) or None)
+    prompt: Any = req.prompt
     if prompt is None or prompt in ("", []):
         raise bad_request(
             "Either prompt or prompt_embeds must be provided and non-empty. (parameter=prompt)",
@@ -923,6 +983,13 @@ def _prompt_text(body: dict[str, Any], messages: list[dict[str, Any]], *, chat: 
     if not isinstance(prompt, str):
         raise bad_request("prompt must be a string", "prompt")
     return prompt
+
+
+def _validate(model: type[BodyT], body: dict[str, Any]) -> BodyT:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise body_validation_error(exc) from exc
 
 
 def _as_list(value: Any) -> list[dict[str, Any]]:
@@ -948,15 +1015,71 @@ async def read_json(receive: Receive) -> dict[str, Any]:
     raw = b"".join(chunks)
     if not raw:
         return {}
+    too_deep = f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
     try:
         body = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise validation_error(
-            "json_invalid", f"body.{exc.pos}", "JSON decode error", items=0, ctx=exc.msg
-        ) from exc
+        raise _json_invalid(exc.pos, exc.msg) from exc
+    except RecursionError as exc:
+        raise _json_invalid(0, too_deep) from exc
+    except ValueError as exc:  # not UTF-8, or an integer past Python's 4300 digits
+        raise _json_invalid(0, str(exc)[:200]) from exc
+    if _nested_deeper(body, raw, MAX_JSON_DEPTH):
+        raise _json_invalid(0, too_deep)
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")
+    loc = _lone_surrogate_at(body, raw)
+    if loc is not None:
+        why = "Input should be a valid string, unable to parse raw data as a unicode string"
+        detail = _error_detail("string_unicode", loc, why, "<str>")
+        raise HttpError(400, f"1 validation error:\n  {detail}", "Bad Request", loc)
     return body
+
+
+def _json_invalid(pos: int, why: str) -> HttpError:
+    return validation_error("json_invalid", f"body.{pos}", "JSON decode error", items=0, ctx=why)
+
+
+def _lone_surrogate_at(body: dict[str, Any], raw: bytes) -> str | None:
+    """The field whose string holds an unpaired UTF-16 surrogate, if any."""
+    # JSON may escape one (\\ud800), but it is not text: the tokenizer's encode would raise.
+    if not _SURROGATE_ESCAPE.search(raw):
+        return None  # JSON can carry one only escaped: the usual body stops here
+    todo: list[tuple[Any, str]] = [(body, "body")]
+    while todo:
+        item, loc = todo.pop()
+        if isinstance(item, str) and not _is_text(item):
+            return loc
+        if isinstance(item, dict):
+            todo.extend((v, f"{loc}.{k}") for k, v in item.items())
+            todo.extend((k, f"{loc}.{k}") for k in item)
+        elif isinstance(item, list):
+            todo.extend((v, f"{loc}.{i}") for i, v in enumerate(item))
+    return None
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _nested_deeper(value: Any, raw: bytes, limit: int) -> bool:
+    """True when arrays and objects nest more than ``limit`` deep (walked without recursion)."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False  # cannot nest deeper than it has brackets: the usual body stops here
+    todo: list[tuple[dict[str, Any] | list[Any], int]] = []
+    if isinstance(value, dict | list):
+        todo.append((value, 1))
+    while todo:
+        item, depth = todo.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        todo.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
 
 
 async def send_bytes(

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from faultday.stack.services.llmsim.config import LengthDist, OutputLength, SimConfig, ToolSelect
+from faultday.stack.services.llmsim.protocol import FunctionDefinition, NamedToolChoice, ToolChoice
 
 VOCAB_SIZE = 32000
 # Roughly 4 characters a token, like BPE on English text.
@@ -181,10 +182,13 @@ class ToolCall:
     arguments: str
 
 
-def _fake_value(schema: dict[str, Any], key: str, rng: random.Random) -> Any:
-    """A plausible argument value for a JSON-schema property."""
-    if schema.get("enum"):
-        return schema["enum"][0]
+def _fake_value(schema: Any, key: str, rng: random.Random) -> Any:
+    """A plausible argument value for a JSON-schema property (any JSON: schemas are untrusted)."""
+    if not isinstance(schema, dict):
+        schema = {}
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return enum[0]
     makers: dict[str, Callable[[], Any]] = {
         "integer": lambda: rng.randint(1, 10),
         "number": lambda: round(rng.uniform(0, 10), 2),
@@ -196,37 +200,49 @@ def _fake_value(schema: dict[str, Any], key: str, rng: random.Random) -> Any:
     return make() if make is not None else f"{key} {rng.choice(_WORDS)}"
 
 
+def _argument_names(params: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A schema's properties and the names a call fills: ``required``, else every property."""
+    props = params.get("properties")
+    props = props if isinstance(props, dict) else {}
+    required = params.get("required")
+    if not isinstance(required, list):
+        required = list(props)
+    return props, [k for k in required if isinstance(k, str)]
+
+
+def _tool_rounds_done(messages: list[dict[str, Any]]) -> int:
+    """Tool results since the last user turn."""
+    done = 0
+    for m in reversed(messages):
+        if m.get("role") == "user":
+            break
+        if m.get("role") == "tool":
+            done += 1
+    return done
+
+
 def choose_tool_call(
     *,
     config: SimConfig,
-    tools: list[dict[str, Any]],
-    tool_choice: Any,
+    functions: list[FunctionDefinition],
+    tool_choice: ToolChoice,
     messages: list[dict[str, Any]],
     seed: int,
 ) -> ToolCall | None:
     """The deterministic tool-use policy; None means answer in text."""
     policy = config.tools
-    if not tools or tool_choice == "none" or not policy.enabled:
+    if not functions or tool_choice == "none" or not policy.enabled:
         return None
-    forced = isinstance(tool_choice, dict) or tool_choice == "required"
-    rounds_done = 0
-    for m in reversed(messages):
-        if m.get("role") == "user":
-            break
-        if m.get("role") == "tool":
-            rounds_done += 1
-    if not forced and rounds_done >= policy.rounds:
+    named = tool_choice if isinstance(tool_choice, NamedToolChoice) else None
+    forced = named is not None or tool_choice == "required"
+    if not forced and _tool_rounds_done(messages) >= policy.rounds:
         return None
-    functions = [t.get("function", {}) for t in tools if isinstance(t, dict)]
-    if isinstance(tool_choice, dict):
-        wanted = tool_choice.get("function", {}).get("name")
-        functions = [f for f in functions if f.get("name") == wanted] or functions
+    if named is not None:
+        functions = [f for f in functions if f.name == named.function.name] or functions
     rng = random.Random(seed)  # noqa: S311 - deterministic fake arguments, not secrets
     index = 0 if policy.select == ToolSelect.FIRST else seed % len(functions)
     fn = functions[index]
-    params = fn.get("parameters") or {}
-    props: dict[str, Any] = params.get("properties") or {}
-    required = params.get("required") or list(props)
-    args = {k: _fake_value(props.get(k, {}), k, rng) for k in required}
+    props, names = _argument_names(fn.parameters or {})
+    args = {k: _fake_value(props.get(k), k, rng) for k in names}
     call_id = f"chatcmpl-tool-{rng.getrandbits(64):016x}"
-    return ToolCall(call_id, str(fn.get("name", "tool")), json.dumps(args))
+    return ToolCall(call_id, fn.name, json.dumps(args))
