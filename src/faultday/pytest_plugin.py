@@ -7,7 +7,6 @@ Collected through pytest's public non-Python-test hooks (``pytest_collect_file``
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -218,15 +217,21 @@ class SessionStack:
 
 
 @pytest.fixture(scope="session")
-def faultday_stack(pytestconfig: pytest.Config) -> Iterator[SessionStack]:
-    """The stack named by ``--faultday-stack`` (default ``local``), up for the whole session."""
+def faultday_stack(
+    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SessionStack]:
+    """The stack named by ``--faultday-stack`` (default ``local``), up for the whole session.
+
+    Its folder (logs, ledger) is one of pytest's temporary folders, which pytest keeps
+    for the last few sessions and then removes: nothing piles up in /tmp.
+    """
     from faultday.engine.ledger import Ledger
     from faultday.stack.profile import load_profile
     from faultday.stack.stack import Stack
 
     base = pytestconfig.invocation_params.dir
     name = pytestconfig.getoption("faultday_stack") or "local"
-    run_dir = Path(tempfile.mkdtemp(prefix="faultday-stack-", dir=None))
+    run_dir = tmp_path_factory.mktemp("faultday-stack")
     ledger = Ledger.in_dir(run_dir)
     stack = Stack(load_profile(name, base_dir=base), run_dir=run_dir, ledger=ledger, policy=None)
     stack.up()

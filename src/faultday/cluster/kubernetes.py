@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import os
 import re
 import secrets
 import select
@@ -241,16 +242,20 @@ class KubernetesStack:
         key = (component, port)
         if key in self._forwards and self._forwards[key][0].poll() is None:
             return self._forwards[key][1]
+        name = f"port-forward/{component}:{port}"
+        # The intent (and the marker the child carries) is on disk before it exists.
+        env = {**os.environ, **self.ledger.add_spawn(name)}
         proc = subprocess.Popen(
             self.port_forward_argv(component, port),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            env=env,
         )
         self.ledger.add_process(
             ProcessRecord(
-                component=f"port-forward/{component}:{port}",
+                component=name,
                 pid=proc.pid,
                 pgid=proc.pid,
                 create_time=psutil.Process(proc.pid).create_time(),
