@@ -52,7 +52,7 @@ def id_json(pid: object) -> int | str:
     return pid if isinstance(pid, int) else str(pid)
 
 
-def _match(m: w.Match) -> Any:
+def _match(m: w.Match) -> Any:  # noqa: PLR0911 (one return per match kind)
     if isinstance(m, w.MatchValue):
         return qe.MatchValue(m.value)
     if isinstance(m, w.MatchAny):
@@ -63,6 +63,10 @@ def _match(m: w.Match) -> Any:
         return qe.MatchText(m.text)
     if isinstance(m, w.MatchTextAny):
         return qe.MatchTextAny(m.text_any)
+    if isinstance(m, w.MatchPrefix):
+        return qe.MatchPrefix(m.prefix)
+    if isinstance(m, w.MatchSubstring):
+        return qe.MatchSubstring(m.substring)
     return qe.MatchPhrase(m.phrase)
 
 
@@ -106,6 +110,9 @@ def _condition(c: w.Condition) -> Any:  # noqa: PLR0911 (one return per conditio
         return qe.HasIdCondition(set(c.has_id))
     if isinstance(c, w.HasVectorCondition):
         return qe.HasVectorCondition(c.has_vector)
+    if isinstance(c, w.SliceCondition):
+        # In the extension but missing from its type stubs.
+        return qe.SliceCondition(c.slice.total, c.slice.index)  # type: ignore[attr-defined]
     if isinstance(c, w.NestedCondition):
         return qe.NestedCondition(c.nested.key, _filter(c.nested.filter))
     return _filter(c)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -151,6 +152,25 @@ def parse_point_id(raw: str) -> int | uuid.UUID:
         raise ApiError(400, f"Format error in path parameters: id: {exc.message()}") from None
 
 
+# Qdrant's JSON path grammar (lib/segment/src/json_path/parse.rs): keys of letters, digits,
+# `_` and `-`, or quoted; `.key`, `[n]` and `[]` after the first.
+_KEY = r'(?:[\w-]+|"[^\\"]*")'
+_JSON_PATH = re.compile(rf"{_KEY}(?:\.{_KEY}|\[[0-9]+\]|\[\])*")
+_QUOTED = re.compile(r'"[^\\"]*"')
+
+
+def _json_path(value: str) -> str:
+    """A payload key as Qdrant parses it; qdrant-edge refuses what this refuses."""
+    unquoted = _QUOTED.sub("", value)
+    indices = re.findall(r"\[([0-9]+)\]", unquoted)
+    if not _JSON_PATH.fullmatch(value) or any(int(i) > U64_MAX for i in indices):
+        raise _shape("Invalid json path: '{path}'", path=_short(value)[1:-1])
+    return value
+
+
+JsonPath = Annotated[str, AfterValidator(_json_path)]
+
+
 def _number(raw: object) -> float:
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise _shape("invalid type: {value}, expected a number", value=_short(raw))
@@ -248,7 +268,7 @@ class Body(BaseModel):
 
 
 class PayloadField(Body):
-    key: str
+    key: JsonPath
 
 
 def _match_value(raw: object) -> str | int | bool:
@@ -288,6 +308,14 @@ class MatchPhrase(Body):
     phrase: str
 
 
+class MatchPrefix(Body):
+    prefix: str
+
+
+class MatchSubstring(Body):
+    substring: str
+
+
 class MatchAny(Body):
     any: MatchList
 
@@ -322,9 +350,13 @@ Match = Annotated[
     | Annotated[MatchText, Tag("<text>")]
     | Annotated[MatchTextAny, Tag("<text_any>")]
     | Annotated[MatchPhrase, Tag("<phrase>")]
+    | Annotated[MatchPrefix, Tag("<prefix>")]
+    | Annotated[MatchSubstring, Tag("<substring>")]
     | Annotated[MatchAny, Tag("<any>")]
     | Annotated[MatchExcept, Tag("<except>")],
-    _untagged("Match", "value", "text", "text_any", "phrase", "any", "except"),
+    _untagged(
+        "Match", "value", "text", "text_any", "phrase", "prefix", "substring", "any", "except"
+    ),
 ]
 
 
@@ -361,8 +393,20 @@ class ValuesCount(Body):
 
 
 class GeoPoint(Body):
-    lon: Annotated[float, _between(-180.0, 180.0)]
-    lat: Annotated[float, _between(-90.0, 90.0)]
+    lon: float
+    lat: float
+
+    @model_validator(mode="after")
+    def _on_earth(self) -> GeoPoint:
+        # Qdrant checks this while deserialising (a format error, not a validation error).
+        if not (-180 <= self.lon <= 180 and -90 <= self.lat <= 90):
+            raise _shape(
+                "Wrong format of GeoPoint payload: expected `lat` = {lat} within [-90;90] "
+                "and `lon` = {lon} within [-180;180]",
+                lat=self.lat,
+                lon=self.lon,
+            )
+        return self
 
 
 class GeoBoundingBox(Body):
@@ -381,9 +425,11 @@ class GeoLineString(Body):
     @model_validator(mode="after")
     def _closed(self) -> GeoLineString:
         if len(self.points) < 4:
-            raise _rule("a polygon ring needs at least 4 points, got {n}", n=len(self.points))
+            raise _rule("value invalid, the size must be at least 4, got {n}", n=len(self.points))
         if self.points[0] != self.points[-1]:
-            raise _rule("a polygon ring must be closed: its first and last points differ")
+            raise _rule(
+                "value invalid, the first and the last points should be same to form a closed line"
+            )
         return self
 
 
@@ -393,7 +439,7 @@ class GeoPolygon(Body):
 
 
 class FieldCondition(Body):
-    key: str
+    key: JsonPath
     match: Match | None = None
     range: Range | None = None
     geo_bounding_box: GeoBoundingBox | None = None
@@ -428,8 +474,38 @@ class HasVectorCondition(Body):
     has_vector: str
 
 
+def _u32(value: int) -> int:
+    if not 0 <= value < 2**32:
+        raise _shape("invalid value: integer `{value}`, expected u32", value=_short(value))
+    return value
+
+
+U32 = Annotated[int, AfterValidator(_u32)]
+
+
+def _nonzero(value: int) -> int:
+    if value == 0:
+        raise _shape("invalid value: integer `0`, expected a nonzero u32")
+    return value
+
+
+class Slice(Body):
+    total: Annotated[U32, AfterValidator(_nonzero)]
+    index: U32
+
+
+class SliceCondition(Body):
+    slice: Slice
+
+    @model_validator(mode="after")
+    def _in_range(self) -> SliceCondition:
+        if self.slice.index >= self.slice.total:
+            raise _rule("Slice index must be less than the total number of slices")
+        return self
+
+
 class Nested(Body):
-    key: str
+    key: JsonPath
     filter: Filter
 
 
@@ -447,7 +523,7 @@ _FILTER_KEYS = ("must", "should", "must_not", "min_should")
 def _condition_kind(raw: object) -> str | None:
     if isinstance(raw, Filter):
         return "<filter>"
-    kind = _key_kind("key", "is_empty", "is_null", "has_id", "has_vector", "nested")(raw)
+    kind = _key_kind("key", "is_empty", "is_null", "has_id", "has_vector", "slice", "nested")(raw)
     # serde tries Filter last; it has no required field, but it refuses unknown ones.
     if kind is None and isinstance(raw, dict) and set(raw) <= set(_FILTER_KEYS):
         return "<filter>"
@@ -460,6 +536,7 @@ Condition = Annotated[
     | Annotated[IsNullCondition, Tag("<is_null>")]
     | Annotated[HasIdCondition, Tag("<has_id>")]
     | Annotated[HasVectorCondition, Tag("<has_vector>")]
+    | Annotated[SliceCondition, Tag("<slice>")]
     | Annotated[NestedCondition, Tag("<nested>")]
     | Annotated["Filter", Tag("<filter>")],
     Discriminator(
@@ -507,14 +584,18 @@ def _str_list(raw: object) -> tuple[str, ...]:
     return tuple(raw)
 
 
+def _paths(raw: object) -> tuple[str, ...]:
+    return tuple(_json_path(k) for k in _str_list(raw))
+
+
 def _with_payload(raw: object) -> bool | tuple[str, ...] | PayloadSelector:
     if isinstance(raw, bool):
         return raw
     if isinstance(raw, list):
-        return _str_list(raw)
+        return _paths(raw)
     if isinstance(raw, dict) and len(raw) == 1 and ("include" in raw or "exclude" in raw):
         ((kind, keys),) = raw.items()
-        return PayloadSelector(exclude=kind == "exclude", keys=_str_list(keys))
+        return PayloadSelector(exclude=kind == "exclude", keys=_paths(keys))
     raise _shape("data did not match any variant of untagged enum WithPayloadInterface")
 
 
@@ -750,7 +831,7 @@ def _schema_kind(raw: object) -> str | None:
 class CreateFieldIndex(Body):
     """``PUT /collections/{name}/index``."""
 
-    field_name: str
+    field_name: JsonPath
     field_schema: (
         Annotated[
             Annotated[PayloadSchemaType, Tag("<type>")]
@@ -774,7 +855,11 @@ class CreateFieldIndex(Body):
 
 def _name_rule(value: str) -> str:
     if not 1 <= len(value) <= NAME_MAX:
-        raise _rule("length must be from 1 to {high}, got {n}", high=NAME_MAX, n=len(value))
+        raise _rule(
+            "value invalid, must be from 1 to {high} characters (got {n})",
+            high=NAME_MAX,
+            n=len(value),
+        )
     return value
 
 
@@ -886,12 +971,14 @@ def collection_name(name: str, *, new: bool = False) -> str:
     """Check a collection name from the path as Qdrant does (stricter for a new collection)."""
     problems = []
     if not 1 <= len(name) <= NAME_MAX:
-        problems.append(f"name: length must be from 1 to {NAME_MAX}, got {len(name)}")
+        problems.append(
+            f"name: value invalid, must be from 1 to {NAME_MAX} characters (got {len(name)})"
+        )
     bad = next((c for c in NAME_FORBIDDEN if c in name), None)
     if new and bad is not None:
-        problems.append(f"name: collection name cannot contain {bad!r} char")
+        problems.append(f"name: collection name cannot contain {json.dumps(bad)} char")
     if problems:
-        raise ApiError(422, f"Validation error in path parameters: [{', '.join(problems)}]")
+        raise ApiError(422, f"Validation error in path parameters: [{'; '.join(problems)}]")
     return name
 
 
@@ -994,5 +1081,5 @@ def _api_error(where: str, errors: list[ErrorDetails]) -> ApiError:
     if shapes:
         head = "Deserialize error in query" if where == "query" else f"Format error in {where}"
         return ApiError(400, f"{head}: {_describe(shapes[0])}")
-    rules = ", ".join(_describe(e) for e in errors)
+    rules = "; ".join(_describe(e) for e in errors)
     return ApiError(422, f"Validation error in {where}: [{rules}]")
