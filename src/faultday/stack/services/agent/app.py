@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi import FastAPI, HTTPException, Path, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from opentelemetry.propagate import extract
 from opentelemetry.trace import SpanKind
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
-from faultday.stack.services.agent.config import Admission
+from faultday.stack.services.agent.config import Admission, Text
 from faultday.stack.services.agent.resilience import Deadline
 from faultday.stack.services.agent.runtime import Runtime, Unavailable
 from faultday.stack.services.agent.tasks import Task, TaskEngine, TaskRequest
@@ -30,15 +33,60 @@ DEGRADED_HEADER = "x-faultday-degraded"
 class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    session_id: str = Field(min_length=1, max_length=200)
-    message: str = Field(min_length=1, max_length=8000)
+    session_id: Text = Field(min_length=1, max_length=200)
+    message: Text = Field(min_length=1, max_length=8000)
     rag: bool = True
 
 
 class CanaryShare(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     share: float = Field(ge=0, le=1, description="share of chat requests for the canary")
+
+
+TaskId = Annotated[str, Path(max_length=64)]  # ids are 16 hex digits, a subtask's "-k" after
+
+
+class AsciiJSON(JSONResponse):
+    """JSON with every non-ASCII character escaped."""
+
+    # An unpaired surrogate a client sent, quoted by an error, is written as \ud800: the
+    # UTF-8 encoding of JSONResponse fails on it.
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
+def _shown(value: Any) -> Any:
+    """An invalid input as an error quotes it: short, finite, never a whole body echoed back."""
+    if isinstance(value, dict | list):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, str) and len(value) > 80:
+        return value[:77] + "..."
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**63:
+        return f"<int of {value.bit_length()} bits>"
+    return value
+
+
+def _error_view(error: Mapping[str, Any]) -> dict[str, Any]:
+    view = {k: error[k] for k in ("type", "loc", "msg") if k in error}
+    if "input" in error:
+        view["input"] = _shown(error["input"])
+    if "ctx" in error:
+        view["ctx"] = {
+            k: _shown(v) if isinstance(v, int | float | str) else str(v)
+            for k, v in error["ctx"].items()
+        }
+    return view
+
+
+async def invalid_request(request: Request, exc: Exception) -> Response:
+    """FastAPI's 422, each invalid input quoted safely."""
+    # The default handler echoes every input whole: NaN, Infinity or an unpaired surrogate
+    # there made the error response itself fail, a 500.
+    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+    return AsciiJSON({"detail": [_error_view(e) for e in errors]}, status_code=422)
 
 
 class Gate:
@@ -89,6 +137,7 @@ def build_app(rt: Runtime) -> FastAPI:  # noqa: PLR0915 - every route of the run
             await rt.close()
 
     app = FastAPI(title="faultday agent runtime", lifespan=lifespan)
+    app.add_exception_handler(RequestValidationError, invalid_request)
     app.state.runtime = rt
     app.state.engine = engine
 
@@ -214,7 +263,7 @@ def build_app(rt: Runtime) -> FastAPI:  # noqa: PLR0915 - every route of the run
         return JSONResponse(_task_view(task, trace_id), status_code=202 if created else 200)
 
     @app.get("/v1/tasks/{task_id}")
-    async def get_task(task_id: str, request: Request) -> JSONResponse:
+    async def get_task(task_id: TaskId, request: Request) -> JSONResponse:
         trace_id = request.state.trace_id
         try:
             task = await engine.get(task_id)

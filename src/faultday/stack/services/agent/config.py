@@ -9,17 +9,48 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from faultday.errors import Problem, ScenarioError
 from faultday.scenario.types import Duration
 from faultday.yamlpos import parse_file, validation_problems
 
+# What one task may carry, so that no request occupies the stack for long: each step is
+# a tool call (bounded by timeouts.tool_call) and a checkpoint that rewrites the whole task.
+MAX_STEPS = 32
+MAX_ARGS = 32  # arguments per step, and keys of an object argument
+MAX_ARG_CHARS = 16_000  # a string argument: a playbook's "{goal}" (4000) and room around it
+MAX_NAME_CHARS = 64  # a tool, an agent or an argument name
+
+
+def _unicode(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"not Unicode text: an unpaired surrogate at index {exc.start}") from exc
+    return value
+
+
+# JSON may escape an unpaired UTF-16 surrogate ("\ud800"); Python decodes it into a str that
+# no encoder takes, so Redis, the model client or the audit log would fail on it later.
+Text = Annotated[str, AfterValidator(_unicode)]
+Name = Annotated[Text, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+ArgText = Annotated[Text, Field(max_length=MAX_ARG_CHARS)]
+ArgValue = ArgText | int | float | bool | Annotated[dict[Name, ArgText], Field(max_length=MAX_ARGS)]
+
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and Infinity parse from JSON but are not JSON: a checkpoint would not load back.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Timeouts(_Model):
@@ -87,15 +118,15 @@ class Policy(_Model):
 
 
 class Step(_Model):
-    tool: str
-    args: dict[str, str | int | float | bool | dict[str, str]] = Field(default_factory=dict)
+    tool: Name
+    args: dict[Name, ArgValue] = Field(default_factory=dict, max_length=MAX_ARGS)
 
 
 class AgentSpec(_Model):
     tools: list[str] = Field(description="the tool allowlist (least privilege)")
     system: str = "You are a helpful operations assistant. Use tools when they help."
     # Used when the LLM proposes no usable plan: a deterministic, reviewed plan.
-    playbook: list[Step] = Field(default_factory=list)
+    playbook: list[Step] = Field(default_factory=list, max_length=MAX_STEPS)
 
 
 class CanaryKey(StrEnum):

@@ -18,9 +18,10 @@ import uuid
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from faultday.stack.services.agent.config import Step
+from faultday.stack.services.agent.config import MAX_ARG_CHARS, MAX_STEPS, Name, Step, Text
+from faultday.stack.services.agent.deps import ToolCall
 from faultday.stack.services.agent.resilience import Deadline, DependencyError
 from faultday.stack.services.agent.runtime import Outcome, Runtime, Unavailable
 
@@ -89,23 +90,24 @@ class Task(BaseModel):
 class Subtask(BaseModel):
     """One subtask of a scripted split (``depends_on``: indexes of its siblings)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    goal: str = Field(min_length=1, max_length=2000)
-    agent: str = "report"
+    goal: Text = Field(min_length=1, max_length=2000)
+    agent: Name = "report"
     priority: int = Field(default=5, ge=0, le=9)
     depends_on: list[int] = Field(default_factory=list, max_length=4)
 
 
 class TaskRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    agent: str
-    goal: str = Field(min_length=1, max_length=4000)
-    idempotency_key: str = Field(min_length=1, max_length=200)
+    agent: Name
+    goal: Text = Field(min_length=1, max_length=4000)
+    idempotency_key: Text = Field(min_length=1, max_length=200)
     priority: int = Field(default=5, ge=0, le=9)
     steps: list[Step] | None = Field(
         default=None,
+        max_length=MAX_STEPS,
         description="a scripted plan; skips LLM planning (the allowlist still applies)",
     )
     subtasks: list[Subtask] | None = Field(
@@ -374,7 +376,7 @@ class TaskEngine:
             except Unavailable:
                 reply = None
             if reply is not None:
-                plan = [Step(tool=c.name, args=_clean_args(c.args)) for c in reply.tool_calls]
+                plan = _steps_from_calls(reply.tool_calls, task.id)
         if not plan and spec.playbook:
             # The model proposed nothing usable: run the reviewed playbook instead.
             plan = [_fill(s, task) for s in spec.playbook]
@@ -578,9 +580,22 @@ def _clean_args(args: dict[str, Any]) -> dict[str, Any]:
     return {str(k): v for k, v in args.items() if isinstance(v, str | int | float | bool | dict)}
 
 
+def _steps_from_calls(calls: list[ToolCall], task_id: str) -> list[Step]:
+    """The model's tool calls as a plan, held to the limits a request is held to."""
+    # A step a client could not have sent is dropped, not run: its checkpoint would not load.
+    plan: list[Step] = []
+    for c in calls[:MAX_STEPS]:
+        try:
+            plan.append(Step(tool=c.name, args=_clean_args(c.args)))
+        except ValidationError as exc:
+            log.warning("task %s: dropped the model's call of %.64r: %s", task_id, c.name, exc)
+    return plan
+
+
 def _fill(step: Step, task: Task) -> Step:
     args = {
-        k: v.replace("{goal}", task.goal) if isinstance(v, str) else v for k, v in step.args.items()
+        k: v.replace("{goal}", task.goal)[:MAX_ARG_CHARS] if isinstance(v, str) else v
+        for k, v in step.args.items()
     }
     return Step(tool=step.tool, args=args)
 
