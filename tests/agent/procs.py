@@ -88,7 +88,10 @@ class Procs:
             p.kill()
 
     def _proc(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
-        p = Proc(name, argv, self.tmp / f"{name}.log", env or {})
+        # Temporary files of a SIGKILLed child stay in the test's folder, not in /tmp.
+        tmpdir = self.tmp / "tmp"
+        tmpdir.mkdir(exist_ok=True)
+        p = Proc(name, argv, self.tmp / f"{name}.log", {"TMPDIR": str(tmpdir), **(env or {})})
         self.all.append(p)
         return p
 

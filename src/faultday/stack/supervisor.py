@@ -326,8 +326,16 @@ class Supervisor:
         if m.launch.shm_segments and m.record is not None:
             pids = group_pids(m.record.pgid)
             m.segments |= shm.held_segments(pids)
-            m.tmp_dirs |= held_tmp_dirs(pids)
+            self._note_tmp_dirs(m, pids)
             m.segments_seen_at = time.monotonic()
+
+    def _note_tmp_dirs(self, m: Managed, pids: list[int]) -> None:
+        """Triton's /tmp folders, into the ledger as soon as they are seen: a stop that
+        never finishes (the harness killed mid stack-down) leaves them to recover."""
+        new = held_tmp_dirs(pids) - m.tmp_dirs
+        for d in sorted(new):
+            self.ledger.add_tmp(d)
+        m.tmp_dirs |= new
 
     def _failure(self, m: Managed, why: str) -> StackError:
         lines = tail(m.launch.log_path)
@@ -354,7 +362,7 @@ class Supervisor:
                     # Seen now, while alive: a SIGKILL below would leave them behind.
                     pids = group_pids(m.record.pgid)
                     m.segments = shm.held_segments(pids)
-                    m.tmp_dirs |= held_tmp_dirs(pids)
+                    self._note_tmp_dirs(m, pids)
             for m in victims:
                 if m.record is not None:
                     if m.launch.term_group:

@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from exc
     if a.llm_canary and cfg.models.canary is None:
         p.error("--llm-canary given but the config has no models.canary")
-    work = Path(tempfile.mkdtemp(prefix="faultday-agent-"))
+    # Ours to remove on the way out (under a stack, TMPDIR is in the run folder anyway).
+    tmp = tempfile.TemporaryDirectory(prefix="faultday-agent-")
+    work = Path(tmp.name)
     try:
         rt = Runtime(
             cfg,
@@ -78,8 +80,12 @@ def main(argv: list[str] | None = None) -> None:
             policy_name=a.policy,
         )
     except UsageError as exc:
+        tmp.cleanup()
         p.error(str(exc))
-    uvicorn.run(build_app(rt), host=a.host, port=a.port, log_level="warning")
+    try:
+        uvicorn.run(build_app(rt), host=a.host, port=a.port, log_level="warning")
+    finally:
+        tmp.cleanup()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -33,7 +34,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
     a = p.parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    data_dir = Path(a.data_dir) if a.data_dir else Path(tempfile.mkdtemp(prefix="faultday-tools-"))
+    own = None if a.data_dir else tempfile.mkdtemp(prefix="faultday-tools-")
+    data_dir = Path(a.data_dir or str(own))
     server = ToolServer(
         ToolServerConfig(
             data_dir=data_dir,
@@ -43,7 +45,11 @@ def main(argv: list[str] | None = None) -> None:
             seed=a.seed,
         )
     )
-    uvicorn.run(server.app(), host=a.host, port=a.port, log_level="warning")
+    try:
+        uvicorn.run(server.app(), host=a.host, port=a.port, log_level="warning")
+    finally:
+        if own is not None:  # a temp folder it made itself goes with it
+            shutil.rmtree(own, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--log-level", default="info")
     a = p.parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    root = Path(a.data_dir) if a.data_dir else Path(tempfile.mkdtemp(prefix="faultday-qdrant-"))
+    own = None if a.data_dir else tempfile.mkdtemp(prefix="faultday-qdrant-")
+    root = Path(a.data_dir or str(own))
     # Each start is a fresh engine: a restarted front re-seeds, like a pod with an emptyDir.
     shutil.rmtree(root, ignore_errors=True)
     store = Store(root)
@@ -55,6 +56,8 @@ def main(argv: list[str] | None = None) -> None:
         uvicorn.run(app, host=a.host, port=a.port, log_level="warning")
     finally:
         store.close()
+        if own is not None:  # a temp folder it made itself goes with it
+            shutil.rmtree(own, ignore_errors=True)
 
 
 if __name__ == "__main__":
