@@ -18,16 +18,10 @@ def test_the_stubs_model_folder_and_the_python_env_made_with_it_are_found(tmp_pa
     folder = tmp / "folderAb12Cd"
     (folder / "1").mkdir(parents=True)
     (folder / "config.pbtxt").write_text("name: 'embedder'")
-    ours, theirs, full = (
-        tmp / "python_env_Xy34Zw",
-        tmp / "python_env_Old001",
-        tmp / "python_env_Full01",
-    )
-    for d in (ours, theirs, full):
+    ours, full = tmp / "python_env_Xy34Zw", tmp / "python_env_Full01"
+    for d in (ours, full):
         d.mkdir()
     (full / "lib").mkdir()  # an extracted execution environment: not PyTriton's
-    hour_ago = time.time() - 3600
-    os.utime(theirs, (hour_ago, hour_ago))  # ctime cannot be set; an old one is simulated below
     _proc(proc, 41, "/ws/tritonserver/bin/tritonserver", "--http-port", "1")
     _proc(proc, 42, "/ws/backends/python/triton_python_backend_stub", f"{folder}/1/model.py", "x")
     _proc(proc, 43, "python", "-m", "something", "/tmp/folderNotOurs/1/model.py")
