@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 
 from faultday.webguard import (
+    ADMIN_PREFIX,
     ALLOWED_HOSTS_ENV,
     MUTATING_METHODS,
     Refusal,
     allowed_hosts_from_env,
     check_request,
+    check_route,
 )
 
 CHROME = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0"
@@ -248,3 +250,42 @@ def test_the_issues_attack_is_refused() -> None:
         User_Agent=CHROME,
     )
     assert refused(result)
+
+
+# --- the route policy -------------------------------------------------------------------------
+
+ADMIN = f"{ADMIN_PREFIX}faults"
+PEER = [("Host", "llmsim:8000"), ("Content-Type", "application/json")]
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0", "::", "10.1.2.3"])
+def test_data_plane_of_a_wide_server_takes_service_names(listen: str) -> None:
+    """Peers call it as llmsim:8000 (Compose) or *.svc.cluster.local (Kubernetes)."""
+    assert check_route("POST", "/v1/chat/completions", PEER, listen_host=listen) is None
+    assert refused(check_route("POST", ADMIN, PEER, listen_host=listen), "Host")
+    assert check_route("POST", ADMIN, PEER, listen_host=listen, allowed_hosts=("llmsim",)) is None
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1", "localhost", "::1", "[::1]"])
+def test_every_route_of_a_loopback_server_checks_host(listen: str) -> None:
+    for path in ("/v1/chat/completions", "/health", ADMIN, ADMIN_PREFIX.rstrip("/")):
+        assert refused(check_route("POST", path, PEER, listen_host=listen), "Host")
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0", "127.0.0.1"])
+def test_data_plane_keeps_the_browser_rules(listen: str) -> None:
+    host = [("Host", "127.0.0.1:1")]
+    browser = [*host, ("User-Agent", CHROME)]
+    foreign = [*host, ("Origin", "http://evil.example")]
+    form = [*host, ("Content-Type", "application/x-www-form-urlencoded")]
+    path = "/collections/docs/points/delete"
+    assert refused(check_route("GET", "/v1/models", browser, listen_host=listen), "browser")
+    assert refused(check_route("GET", "/v1/models", foreign, listen_host=listen), "cross-origin")
+    assert refused(check_route("POST", path, form, listen_host=listen), "application/json")
+
+
+def test_admin_prefix_is_a_path_segment() -> None:
+    """/administrator is not an admin route; /admin and /admin/x are."""
+    wide = "0.0.0.0"
+    assert check_route("GET", "/administrator", PEER, listen_host=wide) is None
+    assert refused(check_route("GET", "/admin", PEER, listen_host=wide), "Host")

@@ -32,23 +32,37 @@ Compose service name) are added through ``allowed_hosts``: an exact name, a
 turns the ``Host`` rule off; the servers use it on the routes that peers reach
 by service name). The port in ``Host`` is not compared: port-forwards and
 published ports change it on the way.
+
+Which routes get which rules (:func:`check_route`, :class:`WebGuard`): the
+fault/admin routes (``/admin/...``) get all four. The data-plane routes (the
+vLLM-, Qdrant- and MCP-compatible APIs, health, metrics) get the first three,
+and the ``Host`` rule only when the server listens on loopback: there every
+caller is on the same machine and uses a loopback address, while a server bound
+to a wider address is called by its peers under service names (``llmsim:8000``
+in Compose, ``*.svc.cluster.local`` in Kubernetes) that no flag lists. The SDKs
+that call the data plane (openai, qdrant-client, the MCP client, httpx, Locust)
+send no ``Origin``, a non-browser ``User-Agent`` and JSON bodies, so they pass.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
-from collections.abc import Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable, MutableMapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 __all__ = [
+    "ADMIN_PREFIX",
     "ALLOWED_HOSTS_ENV",
     "MUTATING_METHODS",
     "Refusal",
+    "WebGuard",
     "allowed_hosts_from_env",
     "check_request",
+    "check_route",
 ]
 
 MUTATING_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -61,7 +75,16 @@ _WILDCARD_LISTEN: Final = frozenset({"", "0.0.0.0", "::", "[::]", "*"})
 _HTTP_PORT: Final = 80
 _SHOWN: Final = 48  # how much of a header value a refusal quotes
 
+ADMIN_PREFIX: Final = "/admin/"
+_ANY_HOST: Final = ("*",)
+
 HeaderPairs = Iterable[tuple[str | bytes, str | bytes]]
+# The ASGI callables, shaped as Starlette's (structural, so either side accepts the other).
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +118,68 @@ def check_request(
         if refusal is not None:
             return refusal
     return _host_and_origin(fields, listen_host=listen_host, allowed_hosts=allowed_hosts)
+
+
+def check_route(
+    method: str,
+    path: str,
+    headers: HeaderPairs,
+    *,
+    listen_host: str,
+    allowed_hosts: Collection[str] = (),
+) -> Refusal | None:
+    """:func:`check_request` with the route policy: the ``Host`` rule on admin routes,
+    and on every route of a server that listens on loopback."""
+    admin = path == ADMIN_PREFIX.rstrip("/") or path.startswith(ADMIN_PREFIX)
+    local = _is_loopback(listen_host.strip().lower().strip("[]"))
+    hosts = allowed_hosts if admin or local else _ANY_HOST
+    return check_request(method, headers, listen_host=listen_host, allowed_hosts=hosts)
+
+
+class WebGuard:
+    """ASGI middleware: :func:`check_route` on every HTTP request, a JSON 403 when refused.
+
+    ``error_body`` shapes the answer as the wrapped API shapes its errors
+    (default ``{"detail": message}``, FastAPI's).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        listen_host: str,
+        allowed_hosts: Collection[str] = (),
+        error_body: Callable[[str], object] | None = None,
+    ) -> None:
+        self.app = app
+        self.listen_host = listen_host
+        self.allowed_hosts = tuple(allowed_hosts)
+        self.error_body = error_body or _detail
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refusal = check_route(
+                scope["method"],
+                scope["path"],
+                scope["headers"],
+                listen_host=self.listen_host,
+                allowed_hosts=self.allowed_hosts,
+            )
+            if refusal is not None:
+                await self._answer(send, refusal)
+                return
+        await self.app(scope, receive, send)
+
+    async def _answer(self, send: Send, refusal: Refusal) -> None:
+        body = json.dumps(self.error_body(refusal.message)).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        # The body is left unread: the server drains it or closes the connection.
+        await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _detail(message: str) -> object:
+    return {"detail": message}
 
 
 def allowed_hosts_from_env(environ: dict[str, str] | None = None) -> tuple[str, ...]:
