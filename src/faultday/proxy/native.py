@@ -1,13 +1,17 @@
 """The native relay (``relay.c``) seen from Python: adopt, take back, handoffs.
 
-With no toxic on a proxy, a new connection whose first bytes are not an HTTP
-request is relayed entirely by a C thread (epoll + splice(2)): no Python runs
-per chunk, and a connection that ends there is closed and counted there. The
-proxy takes its connections back (``take``) when a toxic is added; the relay
-hands over connections whose first bytes are HTTP by itself (HTTP edges are
-framed and counted in Python). The shared library is compiled when faultday
-is installed (``hatch_build.py``, or ``make native``); without it, or with
-``FAULTDAY_PROXY_NATIVE=0``, the proxy relays in Python as before.
+A connection whose first bytes are not an HTTP request, and on which only the
+timing toxics act (``latency``, ``bandwidth``; ``noop``), is relayed entirely by a
+C thread (epoll + splice(2), a timerfd for the toxics): no Python runs per chunk,
+and a connection that ends there is closed and counted there. Python decides which
+toxics act on each connection (toxicity is rolled per connection) and passes each
+direction's ``Timing``; when the toxics change, the proxy takes its connections
+back (``take``) and hands them over again with the new timing, or keeps them in
+Python when another toxic acts. The relay hands over connections whose first
+bytes are HTTP by itself (HTTP edges are framed and counted in Python). The
+shared library is compiled when faultday is installed (``hatch_build.py``, or
+``make native``); without it, or with ``FAULTDAY_PROXY_NATIVE=0``, the proxy
+relays in Python as before.
 """
 
 from __future__ import annotations
@@ -18,16 +22,18 @@ import ctypes
 import logging
 import os
 import socket
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-ABI = 2
+ABI = 3
 LIBRARY = Path(__file__).with_name("_relay.so")
 ENV_SWITCH = "FAULTDAY_PROXY_NATIVE"
-_NOTE_SIZE = 8  # struct fr_note: kind, owner (two 32-bit ints)
+_NOTE = struct.Struct("=Iiq")  # struct fr_note: kind, owner, connection id
+NOTE_CLOSED = 3
 KIND_UNKNOWN, KIND_TCP, KIND_HTTP = 0, 1, 2
 TAKE_BATCH = 256
 
@@ -46,7 +52,37 @@ class _State(ctypes.Structure):
         ("done", ctypes.c_int32 * 2),
         ("kind", ctypes.c_int32),
         ("owner", ctypes.c_int32),
+        ("id", ctypes.c_int64),
     ]
+
+
+class _Params(ctypes.Structure):
+    _fields_ = [
+        ("latency_ns", ctypes.c_int64),
+        ("jitter_ns", ctypes.c_int64),
+        ("rate", ctypes.c_int64),
+        ("on", ctypes.c_int32),
+        ("lat_first", ctypes.c_int32),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """One direction's timing toxics, as the relay applies them."""
+
+    latency_ms: int = 0
+    jitter_ms: int = 0
+    rate_kbps: int = 0  # Toxiproxy's bandwidth unit, KB/s; 0 = none
+    latency_first: bool = True  # the latency toxic precedes the bandwidth one
+
+    def _params(self) -> _Params:
+        return _Params(
+            self.latency_ms * 1_000_000,
+            self.jitter_ms * 1_000_000,
+            self.rate_kbps * 1000,
+            1,
+            int(self.latency_first),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +98,7 @@ class Released:
     """A connection handed back by the relay: its sockets and pipes are the caller's now."""
 
     owner: int
+    id: int  # the proxy's id for a connection it tracks; 0 = none
     client: socket.socket
     upstream: socket.socket
     up: DirectionState
@@ -94,6 +131,9 @@ def _load() -> ctypes.CDLL | None:
         ctypes.c_int,
         ctypes.c_void_p,
         ctypes.c_int,
+        ctypes.c_int64,
+        ctypes.POINTER(_Params),
+        ctypes.POINTER(_State),
     ]
     lib.fr_adopt.restype = ctypes.c_int
     lib.fr_take.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(_State), ctypes.c_int]
@@ -116,6 +156,7 @@ def _released(st: _State) -> Released:
 
     return Released(
         owner=int(st.owner),
+        id=int(st.id),
         client=socket.socket(fileno=st.fd[0]),
         upstream=socket.socket(fileno=st.fd[1]),
         up=direction(0),
@@ -142,10 +183,12 @@ class NativeRelay:
         lib: ctypes.CDLL,
         loop: asyncio.AbstractEventLoop,
         on_handoff: Callable[[Released], None],
+        on_closed: Callable[[int, int], None],
     ) -> None:
         self._lib = lib
         self._loop = loop
         self._on_handoff = on_handoff
+        self._on_closed = on_closed
         self._rfd, self._wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         handle = lib.fr_open(self._wfd)
         if not handle:
@@ -154,17 +197,22 @@ class NativeRelay:
             raise OSError("native relay: cannot start its thread")
         self._handle: int | None = handle
         self._states = (_State * TAKE_BATCH)()
+        self._partial = b""  # a note split across two reads
         loop.add_reader(self._rfd, self._drain)
 
     @classmethod
     def start(
-        cls, loop: asyncio.AbstractEventLoop, on_handoff: Callable[[Released], None]
+        cls,
+        loop: asyncio.AbstractEventLoop,
+        on_handoff: Callable[[Released], None],
+        on_closed: Callable[[int, int], None],
     ) -> NativeRelay | None:
+        """The relay, or None where it is not built or switched off (Python relays then)."""
         lib = _load()
         if lib is None:
             return None
         try:
-            return cls(lib, loop, on_handoff)
+            return cls(lib, loop, on_handoff, on_closed)
         except OSError as exc:
             log.warning("%s: relaying in Python", exc)
             return None
@@ -175,10 +223,35 @@ class NativeRelay:
         client: socket.socket,
         upstream: socket.socket,
         counters: ctypes.Array[ctypes.c_uint64],
+        *,
+        conn_id: int = 0,
+        timing: tuple[Timing | None, Timing | None] = (None, None),
+        state: Released | None = None,
     ) -> bool:
-        """Relay this pair natively from now on; False when the relay refused it."""
+        """Relay this pair natively from now on; False when the relay refused it.
+
+        ``timing``: the upstream and downstream directions' toxics (None: none);
+        ``state``: a connection taken back earlier, whose pipes go with it.
+        """
+        params = None
+        if timing != (None, None):
+            params = (_Params * 2)(*(t._params() if t else _Params() for t in timing))
+        st = None
+        if state is not None:
+            st = _State()
+            st.kind = state.kind
+            for i, d in enumerate((state.up, state.down)):
+                st.pipe_r[i], st.pipe_w[i] = d.pipe if d.pipe is not None else (-1, -1)
+                st.in_pipe[i] = d.in_pipe
         rc = self._lib.fr_adopt(
-            self._handle, client.fileno(), upstream.fileno(), ctypes.addressof(counters), owner
+            self._handle,
+            client.fileno(),
+            upstream.fileno(),
+            ctypes.addressof(counters),
+            owner,
+            conn_id,
+            params,
+            None if st is None else ctypes.byref(st),
         )
         if rc != 0:
             return False
@@ -194,10 +267,16 @@ class NativeRelay:
         return out
 
     def _drain(self) -> None:
-        # The notes only wake this loop; which connections to take is asked of the relay.
+        data = self._partial
         with contextlib.suppress(BlockingIOError):
-            while os.read(self._rfd, _NOTE_SIZE * 512):
-                pass
+            while chunk := os.read(self._rfd, _NOTE.size * 512):
+                data += chunk
+        whole = len(data) - len(data) % _NOTE.size
+        self._partial = data[whole:]
+        for kind, owner, conn_id in _NOTE.iter_unpack(data[:whole]):
+            if kind == NOTE_CLOSED:
+                self._on_closed(owner, conn_id)
+        # Which connections to hand over is asked of the relay, not read from notes.
         while n := self._lib.fr_take_handoffs(self._handle, self._states, TAKE_BATCH):
             for i in range(n):
                 self._on_handoff(_released(self._states[i]))

@@ -1,5 +1,6 @@
 /*
- * faultday's native relay: the no-toxic fast path of the fault proxy.
+ * faultday's native relay: the fast path of the fault proxy, with or without
+ * the timing toxics (latency, bandwidth).
  *
  * Why C: with no toxic on an edge the proxy only moves bytes. Doing that from
  * Python costs an event-loop callback per chunk and per connection, which is
@@ -17,6 +18,14 @@
  * here is closed and freed here: Python hears nothing per connection.
  * Counters are a per-proxy uint64[5] array that only this thread writes:
  * bytes received up, sent up, received down, sent down; connections closed.
+ *
+ * Timing toxics: Python decides, per connection, which toxics act on it (their
+ * toxicity is rolled there) and hands the relay each direction's parameters
+ * (struct fr_params). A timed direction keeps what it read in its pipe, as a
+ * bounded ring of chunks with the time each may leave: latency from the moment
+ * it was read (never early), bandwidth from when the previous chunk was done.
+ * One timerfd per relay thread wakes it for the earliest chunk due. Such a
+ * connection has an id; when the relay closes it, a note tells Python.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -28,19 +37,28 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 
-#define FR_ABI 2
+#define FR_ABI 3
 #define PIPE_SIZE (1 << 20)
 #define POOL_MAX 128
 #define MAX_EVENTS 256
 #define SPLICE_FLAGS (SPLICE_F_MOVE | SPLICE_F_NONBLOCK)
+#define RING 64 /* chunks a timed direction holds before it stops reading */
+#define MAX_NOTES (2 * MAX_EVENTS)
+/* A bandwidth-only chunk may leave this much before its slot: the rate holds over
+ * time (the next slot starts where this one ends) and a fast limit is not spent
+ * on timer wake-ups. Latency is never early. */
+#define BW_SLACK_NS 50000
 
 enum { UP = 0, DOWN = 1 };
 enum { KIND_UNKNOWN = 0, KIND_TCP = 1, KIND_HTTP = 2 };
 enum { LIVE = 0, HANDOFF = 1, DEAD = 2, RELEASED = 3 };
-enum { NOTE_HTTP = 2 };
+enum { NOTE_HTTP = 2, NOTE_CLOSED = 3 };
 enum { C_CLOSED = 4 }; /* counters[4]: connections closed here */
 
 struct fr_conn;
@@ -50,8 +68,29 @@ struct fr_end { /* epoll data of one socket */
     int side; /* 0 = client, 1 = upstream */
 };
 
+/* One direction's timing toxics; mirrored by a ctypes Structure in native.py. */
+struct fr_params {
+    int64_t latency_ns;
+    int64_t jitter_ns; /* uniform in [-jitter, +jitter] per chunk */
+    int64_t rate;      /* bytes per second; 0 = no bandwidth toxic */
+    int32_t on;        /* 0: untimed (plain splice relay) */
+    int32_t lat_first; /* the latency toxic comes before the bandwidth one */
+};
+
+struct fr_chunk {
+    int64_t n;   /* bytes of it still in the pipe */
+    int64_t due; /* CLOCK_MONOTONIC ns when it may leave */
+};
+
 struct fr_dir {
     int src, dst;
+    struct fr_params tox;
+    struct fr_chunk *ring; /* RING entries, only when tox.on */
+    int head, count;
+    int64_t bw_end;   /* when the bandwidth toxic is done with what it was given */
+    int64_t last_due; /* chunks leave in order */
+    int stalled;      /* the pipe was full: read again once something left */
+    int wblocked;     /* dst would block: wait for EPOLLOUT, not the timer */
     int pipe_r, pipe_w;
     int64_t in_pipe; /* bytes taken from src, not yet written to dst */
     int eof;         /* src ended */
@@ -60,7 +99,10 @@ struct fr_dir {
 
 struct fr_conn {
     int owner;
+    int64_t id; /* Python's id for a connection it tracks (toxics); 0 = none */
     struct fr_conn *prev, *next; /* the connections this relay holds */
+    struct fr_conn *tprev, *tnext; /* ... of which timed (a direction has toxics) */
+    int timed;
     int fd[2];
     int registered[2];
     uint32_t interest[2];
@@ -75,6 +117,7 @@ struct fr_conn {
 struct fr_note {
     uint32_t kind;
     int32_t owner;
+    int64_t id;
 };
 
 /* What fr_release hands back; mirrored by a ctypes Structure in native.py. */
@@ -87,6 +130,7 @@ struct fr_state {
     int32_t done[2];
     int32_t kind;
     int32_t owner;
+    int64_t id;
 };
 
 struct fr_relay {
@@ -99,7 +143,12 @@ struct fr_relay {
     int pooled;
     struct fr_conn *zombies;
     struct fr_conn *conns;
-    struct fr_note notes[MAX_EVENTS];
+    struct fr_conn *timed; /* connections with a timed direction */
+    int tfd;               /* timerfd: the earliest timed chunk due */
+    struct fr_end timer_end;
+    int64_t armed; /* when tfd fires; 0 = disarmed */
+    uint64_t rng;  /* xorshift state for jitter */
+    struct fr_note notes[MAX_NOTES];
     int nnotes;
 };
 
@@ -136,12 +185,40 @@ static void pipe_put(struct fr_relay *r, struct fr_dir *d) {
     d->pipe_r = d->pipe_w = -1;
 }
 
+/* ---- time ------------------------------------------------------------------------- */
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t jitter(struct fr_relay *r, int64_t span) {
+    /* Uniform in [-span, span]; xorshift64 is plenty for a fault injector. */
+    r->rng ^= r->rng << 13;
+    r->rng ^= r->rng >> 7;
+    r->rng ^= r->rng << 17;
+    return (int64_t)(r->rng % (uint64_t)(2 * span + 1)) - span;
+}
+
+static void arm(struct fr_relay *r, int64_t when) {
+    /* when = 0 disarms; a failed settime leaves the old deadline, which only wakes early */
+    if (when == r->armed)
+        return;
+    struct itimerspec it = {0};
+    it.it_value.tv_sec = when / 1000000000;
+    it.it_value.tv_nsec = when % 1000000000;
+    if (timerfd_settime(r->tfd, TFD_TIMER_ABSTIME, &it, NULL) == 0)
+        r->armed = when;
+}
+
 /* ---- one connection --------------------------------------------------------------- */
 static void note(struct fr_relay *r, struct fr_conn *c, uint32_t kind) {
-    /* A connection leaves LIVE once, so a batch of n events makes at most n notes. */
-    if (r->nnotes < MAX_EVENTS) {
+    /* Full: dropped. A lost HTTP note is found on the next one; a lost close note
+     * when Python next takes the proxy's connections (those missing are gone). */
+    if (r->nnotes < MAX_NOTES) {
         r->notes[r->nnotes].kind = kind;
         r->notes[r->nnotes].owner = c->owner;
+        r->notes[r->nnotes].id = c->id;
         r->nnotes++;
     }
 }
@@ -155,8 +232,30 @@ static void unregister(struct fr_relay *r, struct fr_conn *c) {
     }
 }
 
+static void timed_link(struct fr_relay *r, struct fr_conn *c) {
+    c->timed = 1;
+    c->tprev = NULL;
+    c->tnext = r->timed;
+    if (r->timed)
+        r->timed->tprev = c;
+    r->timed = c;
+}
+
+static void timed_unlink(struct fr_relay *r, struct fr_conn *c) {
+    if (!c->timed)
+        return;
+    if (c->tprev)
+        c->tprev->tnext = c->tnext;
+    else
+        r->timed = c->tnext;
+    if (c->tnext)
+        c->tnext->tprev = c->tprev;
+    c->tprev = c->tnext = NULL;
+    c->timed = 0;
+}
+
 static void unlink_conn(struct fr_relay *r, struct fr_conn *c, int state) {
-    /* Off the list; freed once the thread's current batch (which may name it) is done. */
+    /* Off the lists; freed once the thread's current batch (which may name it) is done. */
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -164,6 +263,7 @@ static void unlink_conn(struct fr_relay *r, struct fr_conn *c, int state) {
     if (c->next)
         c->next->prev = c->prev;
     c->prev = c->next = NULL;
+    timed_unlink(r, c);
     c->state = state;
     c->next_zombie = r->zombies;
     r->zombies = c;
@@ -177,18 +277,36 @@ static void close_conn(struct fr_relay *r, struct fr_conn *c) {
         pipe_put(r, &c->dir[s]);
     }
     c->counters[C_CLOSED] += 1;
+    if (c->id)
+        note(r, c, NOTE_CLOSED);
     unlink_conn(r, c, DEAD);
+}
+
+static int may_read(const struct fr_dir *d) {
+    if (d->eof)
+        return 0;
+    if (d->tox.on)
+        return d->count < RING && !d->stalled;
+    return d->in_pipe == 0;
+}
+
+static int must_write(const struct fr_dir *d) {
+    /* A timed direction waits for its timer, not for EPOLLOUT, unless dst is full. */
+    return d->tox.on ? d->wblocked : d->in_pipe > 0;
+}
+
+static uint32_t interest_of(const struct fr_conn *c, int s) {
+    uint32_t want = 0;
+    if (may_read(&c->dir[s])) /* this socket is its source */
+        want |= EPOLLIN;
+    if (must_write(&c->dir[1 - s])) /* this socket is its destination */
+        want |= EPOLLOUT;
+    return want;
 }
 
 static void update_interest(struct fr_relay *r, struct fr_conn *c, uint32_t hup_seen) {
     for (int s = 0; s < 2; s++) {
-        struct fr_dir *src = &c->dir[s];     /* this socket is its source */
-        struct fr_dir *dst = &c->dir[1 - s]; /* this socket is its destination */
-        uint32_t want = 0;
-        if (!src->eof && src->in_pipe == 0)
-            want |= EPOLLIN;
-        if (dst->in_pipe > 0)
-            want |= EPOLLOUT;
+        uint32_t want = interest_of(c, s);
         if (!c->registered[s])
             continue;
         if (want == 0 && (hup_seen & (1u << s))) {
@@ -199,7 +317,10 @@ static void update_interest(struct fr_relay *r, struct fr_conn *c, uint32_t hup_
         }
         if (want != c->interest[s]) {
             struct epoll_event ev = {.events = want, .data.ptr = &c->end[s]};
-            epoll_ctl(r->ep, EPOLL_CTL_MOD, c->fd[s], &ev);
+            if (epoll_ctl(r->ep, EPOLL_CTL_MOD, c->fd[s], &ev) < 0) {
+                close_conn(r, c); /* cannot watch it any more: it would hang */
+                return;
+            }
             c->interest[s] = want;
         }
     }
@@ -245,9 +366,71 @@ static void flush(struct fr_relay *r, struct fr_conn *c, int d) {
         finish(r, c, d);
 }
 
+/* Queue `n` bytes just read (at `now`) as one chunk, with the time it may leave. */
+static void push_chunk(struct fr_relay *r, struct fr_dir *dir, int64_t n, int64_t now) {
+    const struct fr_params *p = &dir->tox;
+    int64_t lat = p->latency_ns + (p->jitter_ns > 0 ? jitter(r, p->jitter_ns) : 0);
+    int64_t lat_due = now + (lat > 0 ? lat : 0);
+    int64_t due = lat_due;
+    if (p->rate > 0) {
+        /* As Python's chain: latency counts from the read; bandwidth from when the
+         * chunk reaches it and the previous one is through. */
+        int64_t start = p->lat_first ? lat_due : now;
+        if (dir->bw_end > start)
+            start = dir->bw_end;
+        dir->bw_end = start + (int64_t)((double)n * 1e9 / (double)p->rate);
+        if (dir->bw_end - BW_SLACK_NS > due)
+            due = dir->bw_end - BW_SLACK_NS;
+    }
+    if (due < dir->last_due)
+        due = dir->last_due;
+    dir->last_due = due;
+    int tail = (dir->head + dir->count) % RING;
+    dir->ring[tail].n = n;
+    dir->ring[tail].due = due;
+    dir->count++;
+}
+
+/* Pass on every chunk of a timed direction that is due at `now`. */
+static void flush_timed(struct fr_relay *r, struct fr_conn *c, int d, int64_t now) {
+    struct fr_dir *dir = &c->dir[d];
+    while (dir->count > 0) {
+        struct fr_chunk *ch = &dir->ring[dir->head];
+        if (ch->due > now)
+            break;
+        ssize_t m = splice(dir->pipe_r, NULL, dir->dst, NULL, (size_t)ch->n, SPLICE_FLAGS);
+        if (m < 0) {
+            if (errno == EAGAIN) {
+                dir->wblocked = 1;
+                return;
+            }
+            if (errno == EINTR)
+                continue;
+            close_conn(r, c);
+            return;
+        }
+        if (m == 0) { /* cannot happen with data in the pipe; never spin on it */
+            close_conn(r, c);
+            return;
+        }
+        dir->wblocked = 0;
+        dir->stalled = 0; /* the pipe has room again */
+        dir->in_pipe -= m;
+        c->counters[2 * d + 1] += (uint64_t)m;
+        ch->n -= m;
+        if (ch->n == 0) {
+            dir->head = (dir->head + 1) % RING;
+            dir->count--;
+        }
+    }
+    dir->wblocked = 0;
+    if (dir->count == 0 && dir->eof && !dir->done)
+        finish(r, c, d);
+}
+
 static void pump(struct fr_relay *r, struct fr_conn *c, int d) {
     struct fr_dir *dir = &c->dir[d];
-    if (dir->eof || dir->in_pipe > 0)
+    if (!may_read(dir))
         return;
     if (c->kind == KIND_UNKNOWN) {
         if (d == DOWN) {
@@ -274,19 +457,34 @@ static void pump(struct fr_relay *r, struct fr_conn *c, int d) {
         close_conn(r, c);
         return;
     }
-    ssize_t n = splice(dir->src, NULL, dir->pipe_w, NULL, PIPE_SIZE, SPLICE_FLAGS);
+    size_t want = PIPE_SIZE;
+    if (dir->tox.on && dir->tox.rate > 0 && dir->tox.rate / 10 < (int64_t)want)
+        want = dir->tox.rate >= 10 ? (size_t)(dir->tox.rate / 10) : 1; /* 100 ms a piece */
+    ssize_t n = splice(dir->src, NULL, dir->pipe_w, NULL, want, SPLICE_FLAGS);
     if (n < 0) {
-        if (errno == EAGAIN || errno == EINTR)
+        if (errno == EAGAIN || errno == EINTR) {
+            /* Readable, yet nothing moved: the pipe is full. Wait for a chunk to leave. */
+            if (errno == EAGAIN && dir->in_pipe > 0)
+                dir->stalled = 1;
             return;
+        }
         close_conn(r, c);
         return;
     }
     if (n == 0) {
         dir->eof = 1;
-        finish(r, c, d);
+        if (dir->in_pipe == 0)
+            finish(r, c, d);
         return;
     }
     c->counters[2 * d] += (uint64_t)n;
+    if (dir->tox.on) {
+        dir->in_pipe += n;
+        int64_t now = now_ns();
+        push_chunk(r, dir, n, now);
+        flush_timed(r, c, d, now);
+        return;
+    }
     ssize_t m = splice(dir->pipe_r, NULL, dir->dst, NULL, (size_t)n, SPLICE_FLAGS);
     if (m < 0) {
         if (errno != EAGAIN && errno != EINTR) {
@@ -304,18 +502,52 @@ static void handle(struct fr_relay *r, struct fr_conn *c, int side, uint32_t eve
         close_conn(r, c);
         return;
     }
-    if (events & EPOLLOUT)
-        flush(r, c, 1 - side);
+    if (events & EPOLLOUT) {
+        int d = 1 - side;
+        if (c->dir[d].tox.on)
+            flush_timed(r, c, d, now_ns());
+        else
+            flush(r, c, d);
+    }
     if (c->state == LIVE && (events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)))
         pump(r, c, side);
     if (c->state == LIVE)
         update_interest(r, c, (events & EPOLLHUP) ? (1u << side) : 0);
 }
 
+/* Pass on what is due on every timed connection; arm the timer for what is next. */
+static void run_timed(struct fr_relay *r) {
+    int64_t now = now_ns();
+    int64_t next = 0;
+    struct fr_conn *c = r->timed;
+    while (c) {
+        struct fr_conn *tnext = c->tnext; /* c may close (and leave the list) here */
+        for (int d = 0; d < 2 && c->state == LIVE; d++) {
+            struct fr_dir *dir = &c->dir[d];
+            if (dir->tox.on && dir->count > 0 && !dir->wblocked)
+                flush_timed(r, c, d, now);
+        }
+        if (c->state == LIVE)
+            update_interest(r, c, 0);
+        for (int d = 0; d < 2 && c->state == LIVE; d++) {
+            struct fr_dir *dir = &c->dir[d];
+            if (dir->tox.on && dir->count > 0 && !dir->wblocked) {
+                int64_t due = dir->ring[dir->head].due;
+                if (next == 0 || due < next)
+                    next = due;
+            }
+        }
+        c = tnext;
+    }
+    arm(r, next);
+}
+
 static void free_zombies(struct fr_relay *r) {
     while (r->zombies) {
         struct fr_conn *z = r->zombies;
         r->zombies = z->next_zombie;
+        free(z->dir[UP].ring);
+        free(z->dir[DOWN].ring);
         free(z);
     }
 }
@@ -346,6 +578,8 @@ static void *relay_main(void *arg) {
     struct fr_relay *r = arg;
     struct epoll_event ev[MAX_EVENTS];
     int stop = 0;
+    /* Timed chunks leave on time: no 50 µs timer slack on this thread. */
+    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
     while (!stop) {
         int n = epoll_wait(r->ep, ev, MAX_EVENTS, -1);
         if (n < 0) {
@@ -360,9 +594,19 @@ static void *relay_main(void *arg) {
                 continue;
             }
             struct fr_end *e = ev[i].data.ptr;
+            if (e == &r->timer_end) {
+                uint64_t expirations;
+                if (read(r->tfd, &expirations, sizeof expirations) < 0) {
+                    /* EAGAIN: already read; the deadline is recomputed below anyway */
+                }
+                r->armed = 0; /* fired: any deadline set below is a new one */
+                continue;
+            }
             if (e->conn->state == LIVE)
                 handle(r, e->conn, e->side, ev[i].events);
         }
+        if (r->timed || r->armed)
+            run_timed(r);
         free_zombies(r);
         pthread_mutex_unlock(&r->lock);
         send_notes(r);
@@ -375,13 +619,19 @@ struct fr_relay *fr_open(int notify_fd) {
     struct fr_relay *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
+    r->ep = r->wake = r->tfd = -1;
     r->notify = notify_fd;
+    r->rng = (uint64_t)now_ns() | 1;
     r->ep = epoll_create1(EPOLL_CLOEXEC);
     r->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (r->ep < 0 || r->wake < 0)
+    r->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (r->ep < 0 || r->wake < 0 || r->tfd < 0)
         goto fail;
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
     if (epoll_ctl(r->ep, EPOLL_CTL_ADD, r->wake, &ev) < 0)
+        goto fail;
+    struct epoll_event tev = {.events = EPOLLIN, .data.ptr = &r->timer_end};
+    if (epoll_ctl(r->ep, EPOLL_CTL_ADD, r->tfd, &tev) < 0)
         goto fail;
     pthread_mutex_init(&r->lock, NULL);
     if (pthread_create(&r->thread, NULL, relay_main, r) != 0) {
@@ -394,46 +644,89 @@ fail:
         close(r->ep);
     if (r->wake >= 0)
         close(r->wake);
+    if (r->tfd >= 0)
+        close(r->tfd);
     free(r);
     return NULL;
 }
 
-/* Take over a connected, non-blocking socket pair of proxy `owner`: 0, or -1 (errno). */
-int fr_adopt(struct fr_relay *r, int client, int upstream, uint64_t *counters, int owner) {
+static int set_timing(struct fr_conn *c, const struct fr_params *params) {
+    for (int d = 0; d < 2; d++) {
+        if (!params || !params[d].on)
+            continue;
+        c->dir[d].tox = params[d];
+        c->dir[d].ring = calloc(RING, sizeof(struct fr_chunk));
+        if (!c->dir[d].ring)
+            return -1;
+    }
+    return 0;
+}
+
+/* Take over a connected, non-blocking socket pair of proxy `owner`: 0, or -1 (errno).
+ * `id`: Python's id for it (0 = untracked); `params`: two directions' timing toxics
+ * or NULL; `st`: pipes (and bytes in them) it had in Python, or NULL. Bytes already
+ * in a timed direction's pipe count as read now. On failure nothing is taken. */
+int fr_adopt(struct fr_relay *r, int client, int upstream, uint64_t *counters, int owner,
+             int64_t id, const struct fr_params *params, const struct fr_state *st) {
     struct fr_conn *c = calloc(1, sizeof *c);
     if (!c)
         return -1;
     c->owner = owner;
+    c->id = id;
     c->fd[0] = client;
     c->fd[1] = upstream;
     c->counters = counters;
-    c->kind = KIND_UNKNOWN;
+    c->kind = st ? st->kind : KIND_UNKNOWN;
     c->state = LIVE;
     for (int s = 0; s < 2; s++) {
         c->end[s].conn = c;
         c->end[s].side = s;
         c->dir[s].src = c->fd[s];
         c->dir[s].dst = c->fd[1 - s];
-        c->dir[s].pipe_r = c->dir[s].pipe_w = -1;
+        c->dir[s].pipe_r = st ? st->pipe_r[s] : -1;
+        c->dir[s].pipe_w = st ? st->pipe_w[s] : -1;
+        c->dir[s].in_pipe = st ? st->in_pipe[s] : 0;
+    }
+    if (set_timing(c, params) < 0) {
+        free(c->dir[UP].ring);
+        free(c->dir[DOWN].ring);
+        free(c);
+        errno = ENOMEM;
+        return -1;
     }
     pthread_mutex_lock(&r->lock);
+    int64_t now = now_ns();
+    for (int d = 0; d < 2; d++)
+        if (c->dir[d].tox.on && c->dir[d].in_pipe > 0)
+            push_chunk(r, &c->dir[d], c->dir[d].in_pipe, now);
     for (int s = 0; s < 2; s++) {
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &c->end[s]};
+        uint32_t want = interest_of(c, s);
+        struct epoll_event ev = {.events = want, .data.ptr = &c->end[s]};
         if (epoll_ctl(r->ep, EPOLL_CTL_ADD, c->fd[s], &ev) < 0) {
             int err = errno;
             unregister(r, c);
             pthread_mutex_unlock(&r->lock);
+            free(c->dir[UP].ring);
+            free(c->dir[DOWN].ring);
             free(c);
             errno = err;
             return -1;
         }
         c->registered[s] = 1;
-        c->interest[s] = EPOLLIN;
+        c->interest[s] = want;
     }
     c->next = r->conns;
     if (r->conns)
         r->conns->prev = c;
     r->conns = c;
+    if (c->dir[UP].tox.on || c->dir[DOWN].tox.on)
+        timed_link(r, c);
+    for (int d = 0; d < 2; d++)
+        if (c->dir[d].tox.on && c->dir[d].count > 0) {
+            int64_t due = c->dir[d].ring[c->dir[d].head].due;
+            if (r->armed == 0 || due < r->armed)
+                arm(r, due);
+        }
     pthread_mutex_unlock(&r->lock);
     return 0;
 }
@@ -450,6 +743,7 @@ static void hand_back(struct fr_relay *r, struct fr_conn *c, struct fr_state *st
     }
     st->kind = c->state == HANDOFF ? KIND_HTTP : c->kind;
     st->owner = c->owner;
+    st->id = c->id;
     unlink_conn(r, c, RELEASED);
 }
 
@@ -501,6 +795,8 @@ void fr_close(struct fr_relay *r) {
             }
         }
         r->conns = c->next;
+        free(c->dir[UP].ring);
+        free(c->dir[DOWN].ring);
         free(c);
     }
     free_zombies(r);
@@ -511,6 +807,7 @@ void fr_close(struct fr_relay *r) {
     r->pooled = 0;
     close(r->ep);
     close(r->wake);
+    close(r->tfd);
     pthread_mutex_destroy(&r->lock);
     free(r);
 }

@@ -1,6 +1,9 @@
-"""One proxied connection: a zero-copy fast path and a toxic path.
+"""One proxied connection: the native relay, a zero-copy fast path and a toxic path.
 
-With no toxic acting on a direction, bytes move socket → pipe → socket with
+Where the native relay is built, a connection on which only its toxics act
+(``toxics.relays_natively``) is handed to it (``Connection.go_native``) and no
+Python runs for it until the toxics change. Otherwise, with no toxic acting on
+a direction, bytes move socket → pipe → socket with
 ``splice(2)`` from selector callbacks: no copy through Python and no task.
 When a toxic applies, that direction switches (mid-connection) to a pump task
 that reads into a buffer, frames HTTP when the connection speaks it, and runs
@@ -42,7 +45,7 @@ from faultday.proxy.models import (
     StreamStallAttrs,
     TimeoutAttrs,
 )
-from faultday.proxy.toxics import Link, Toxic, applies
+from faultday.proxy.toxics import Link, Toxic, applies, native_timing, relays_natively
 
 if TYPE_CHECKING:
     from faultday.proxy.native import DirectionState, Released
@@ -131,6 +134,7 @@ class Connection:
         self.upstream = upstream
         self.kind = Kind.UNKNOWN
         self.closed = False
+        self.native = False  # the native relay holds its sockets (see Proxy.native_conns)
         self.links: dict[int, Link] = {}
         self.up = Direction(self, client, upstream, Stream.UPSTREAM)
         self.down = Direction(self, upstream, client, Stream.DOWNSTREAM)
@@ -139,11 +143,50 @@ class Connection:
         self.expect: deque[bytes | None] = deque()
 
     def start(self) -> None:
+        if self.go_native(None):
+            return
         self.up.start()
         self.down.start()
 
+    def rebind(self, client: socket.socket, upstream: socket.socket) -> None:
+        """The native relay handed this tracked connection back: its new socket objects."""
+        self.client, self.upstream = client, upstream
+        self.native = False
+        self.up = Direction(self, client, upstream, Stream.UPSTREAM)
+        self.down = Direction(self, upstream, client, Stream.DOWNSTREAM)
+
+    def go_native(self, state: Released | None) -> bool:
+        """Hand this connection to the native relay if it can apply every toxic acting on it."""
+        proxy = self.proxy
+        relay, counters = proxy.relay, proxy.counters.native
+        if relay is None or counters is None or self.kind is Kind.HTTP:
+            return False
+        if state is not None and any(d.eof or d.done for d in (state.up, state.down)):
+            return False  # a half-closed connection finishes where it is
+        up, down = self.chain(Stream.UPSTREAM), self.chain(Stream.DOWNSTREAM)
+        if not (relays_natively(up) and relays_natively(down)):
+            return False
+        conn_id = proxy.next_conn_id() if proxy.toxics else 0  # untracked: nothing to redo
+        if not relay.adopt(
+            proxy.native_id,
+            self.client,
+            self.upstream,
+            counters,
+            conn_id=conn_id,
+            timing=(native_timing(up), native_timing(down)),
+            state=state,
+        ):
+            return False
+        self.native = True
+        proxy.went_native(self, conn_id)
+        return True
+
     def resume(self, released: Released, *, http: bool) -> None:
         """Carry on a connection the native relay relayed until now."""
+        if not http and released.kind:
+            self.kind = Kind.TCP
+        if not http and self.go_native(released):
+            return
         self.up.restore(released.up)
         self.down.restore(released.down)
         if http:
@@ -166,7 +209,7 @@ class Connection:
         return [lk for lk in links if lk.enabled]
 
     def toxics_changed(self) -> None:
-        if self.closed:
+        if self.closed or self.native:  # the proxy takes native ones back itself
             return
         # Forget removed toxics, or a long-lived connection collects one link per change.
         self.links = {k: lk for k, lk in self.links.items() if lk.toxic.active}

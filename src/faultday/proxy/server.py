@@ -72,6 +72,10 @@ class Proxy:
         if relay is not None:
             self.counters.native = Counters()
         self.connections: set[Connection] = set()
+        # Connections the native relay holds with toxics on them, by their id there
+        # (also in ``connections``): Python keeps their per-connection toxicity draws.
+        self.native_conns: dict[int, Connection] = {}
+        self._conn_ids = 0
         self.pipes = PipePool()
         self.spin = SpinBudget()
         self.changed: asyncio.Future[None] = loop.create_future()
@@ -110,8 +114,9 @@ class Proxy:
             self._lsock = None
         self.enabled = False
         for released in self._take_back_native():
-            discard(released)
-            self.counters.connections_active -= 1
+            self.drop_released(released)
+        for conn_id in list(self.native_conns):
+            self.native_closed(conn_id)
         for conn in list(self.connections):
             conn.close()
         self.pipes.close()
@@ -226,9 +231,46 @@ class Proxy:
         return self.relay.take(self.native_id) if self.relay is not None else []
 
     def adopt_native(self, released: Released) -> None:
-        conn = Connection(self, released.client, released.upstream)
-        self.connections.add(conn)
+        conn = self.native_conns.pop(released.id, None) if released.id else None
+        if conn is None:
+            conn = Connection(self, released.client, released.upstream)
+            self.connections.add(conn)
+        else:
+            conn.rebind(released.client, released.upstream)
         conn.resume(released, http=released.kind == KIND_HTTP)
+
+    def drop_released(self, released: Released) -> None:
+        """Close a connection the relay handed back that nobody will carry on."""
+        conn = self.native_conns.pop(released.id, None) if released.id else None
+        if conn is not None:
+            self.connections.discard(conn)
+        discard(released)
+        self.counters.connections_active -= 1
+
+    def next_conn_id(self) -> int:
+        self._conn_ids += 1
+        return self._conn_ids
+
+    def went_native(self, conn: Connection, conn_id: int) -> None:
+        """``conn`` is the native relay's now; tracked (``conn_id``) while toxics act."""
+        if conn_id:
+            self.native_conns[conn_id] = conn
+        else:
+            self.connections.discard(conn)  # the relay counts its close
+
+    def native_closed(self, conn_id: int) -> None:
+        """The relay closed (and counted) a tracked connection: forget it."""
+        conn = self.native_conns.pop(conn_id, None)
+        if conn is not None:
+            self.connections.discard(conn)
+
+    def _retake_native(self) -> None:
+        taken = self._take_back_native()
+        returned = {r.id for r in taken}
+        for conn_id in [i for i in self.native_conns if i not in returned]:
+            self.native_closed(conn_id)  # its close note is still on its way
+        for released in taken:
+            self.adopt_native(released)
 
     def connection_closed(self, conn: Connection) -> None:
         if conn in self.connections:
@@ -260,9 +302,9 @@ class Proxy:
         old.set_result(None)
         for conn in list(self.connections):
             conn.toxics_changed()
-        if self.toxics:  # toxics act in Python: take every natively relayed connection back
-            for released in self._take_back_native():
-                self.adopt_native(released)
+        if self.toxics or self.native_conns:
+            # Each connection is handed over again with the new toxics, or kept in Python.
+            self._retake_native()
 
     def to_json(self) -> dict[str, JsonValue]:
         return {
@@ -313,7 +355,7 @@ class ProxyServer:
         handler = ApiHandler(self)
         server = await asyncio.start_server(handler.handle, self.host, self.port, limit=1 << 20)
         self.port = int(server.sockets[0].getsockname()[1])
-        self.relay = NativeRelay.start(self._loop, self._handoff)
+        self.relay = NativeRelay.start(self._loop, self._handoff, self._native_closed)
         log.info("faultday proxy API listening on %s", self.api_url)
         try:
             for spec in self._initial:
@@ -343,12 +385,17 @@ class ProxyServer:
     def _handoff(self, released: Released) -> None:
         # The relay saw HTTP on a connection: Python frames and counts it from now on.
         proxy = next((p for p in self.proxies.values() if p.native_id == released.owner), None)
-        if proxy is None or not proxy.enabled:
+        if proxy is None:
             discard(released)
-            if proxy is not None:
-                proxy.counters.connections_active -= 1
-            return
-        proxy.adopt_native(released)
+        elif not proxy.enabled:
+            proxy.drop_released(released)
+        else:
+            proxy.adopt_native(released)
+
+    def _native_closed(self, owner: int, conn_id: int) -> None:
+        proxy = next((p for p in self.proxies.values() if p.native_id == owner), None)
+        if proxy is not None:
+            proxy.native_closed(conn_id)
 
     def shutdown(self) -> None:
         """Ask ``serve()`` to return; callable from any thread."""

@@ -8,11 +8,22 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, JsonValue
 
-from faultday.proxy.models import HTTP_TYPES, SSE_TYPES, HttpErrorAttrs, Stream, ToxicSpec
+from faultday.proxy.models import (
+    HTTP_TYPES,
+    SSE_TYPES,
+    BandwidthAttrs,
+    HttpErrorAttrs,
+    LatencyAttrs,
+    Stream,
+    ToxicSpec,
+)
+from faultday.proxy.native import Timing
 
 TCP_TYPES = frozenset(
     {"latency", "bandwidth", "slow_close", "timeout", "reset_peer", "slicer", "limit_data", "noop"}
 )
+# What the native relay applies itself (one latency and one bandwidth toxic per direction).
+NATIVE_TYPES = frozenset({"latency", "bandwidth", "noop"})
 
 
 class Toxic:
@@ -96,3 +107,37 @@ def applies(toxic: Toxic, stream: Stream, *, http: bool) -> bool:
     # Request-level toxics act on requests, stream toxics on responses, whatever
     # ``stream`` says: the HTTP direction is implied by the toxic's meaning.
     return stream is (Stream.UPSTREAM if toxic.is_http else Stream.DOWNSTREAM)
+
+
+def relays_natively(chain: list[Link]) -> bool:
+    """Can the native relay apply this direction's toxics (as ``native_timing`` says)?"""
+    types = [lk.toxic.type for lk in chain if lk.live]
+    return (
+        all(t in NATIVE_TYPES for t in types)
+        and types.count("latency") <= 1
+        and types.count("bandwidth") <= 1
+    )
+
+
+def native_timing(chain: list[Link]) -> Timing | None:
+    """The native relay's parameters for a direction ``relays_natively``; None: no toxic acts."""
+    latency: LatencyAttrs | None = None
+    rate = 0
+    latency_first = True
+    for link in chain:
+        attrs = link.toxic.attrs
+        if not link.live:
+            continue
+        if isinstance(attrs, LatencyAttrs):
+            latency = attrs
+        elif isinstance(attrs, BandwidthAttrs) and attrs.rate > 0:  # 0 = unlimited
+            rate = attrs.rate
+            latency_first = latency is not None
+    if latency is None and not rate:
+        return None
+    return Timing(
+        latency_ms=latency.latency if latency else 0,
+        jitter_ms=latency.jitter if latency else 0,
+        rate_kbps=rate,
+        latency_first=latency_first,
+    )
