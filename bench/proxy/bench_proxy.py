@@ -54,6 +54,8 @@ TARGETS = {
     "lat200_err_p99_ms": ("abs<=", 2.0),
     "apply_p50_ms": ("<=", 2.0),
     "remove_p50_ms": ("<=", 2.0),
+    "tp_bw_echo_rps_of_none": (">=", 0.8),
+    "tp_bw_down_mbps_of_none": (">=", 0.8),
 }
 
 
@@ -237,9 +239,13 @@ def echo_throughput(port: int, *, conns: int, seconds: float) -> float:
     return done / took
 
 
-def bulk(port: int, *, size: int, upstream: bool) -> float:
-    """GB/s moving ``size`` bytes client→server (upstream) or server→client."""
+def bulk(port: int, *, size: int, upstream: bool, cap: float | None = None) -> float:
+    """GB/s moving ``size`` bytes client→server (upstream) or server→client.
+
+    ``cap`` (downstream only): stop after that many seconds; the rate is what arrived.
+    """
     s = _connect(port)
+    deadline = None if cap is None else time.perf_counter() + cap
     with s:
         t0 = time.perf_counter()
         s.sendall(struct.pack("!Q", size))
@@ -252,11 +258,12 @@ def bulk(port: int, *, size: int, upstream: bool) -> float:
         else:
             buf = bytearray(4 * MIB)
             got = 0
-            while got < size:
+            while got < size and (deadline is None or time.perf_counter() < deadline):
                 n = s.recv_into(buf)
                 if not n:
                     raise ConnectionError("short bulk")
                 got += n
+            size = got
         took = time.perf_counter() - t0
     return size / took / 1e9
 
@@ -329,6 +336,9 @@ class Api:
         )
         r.raise_for_status()
 
+    def add(self, proxy: str, toxic: dict[str, object]) -> None:
+        self.http.post(f"/proxies/{proxy}/toxics", json=toxic).raise_for_status()
+
     def remove(self, proxy: str, toxic: str) -> None:
         self.http.delete(f"/proxies/{proxy}/toxics/{toxic}").raise_for_status()
 
@@ -380,7 +390,16 @@ def apply_remove(api: Api, proxy: str, n: int) -> tuple[list[float], list[float]
     return apply_t, remove_t
 
 
-GROUPS = ("rtt", "conn64", "bulk", "connect", "toxic", "apply")
+GROUPS = ("rtt", "conn64", "bulk", "connect", "toxic", "apply", "toxicpath")
+# The toxic path (issue 16.3): the same 64-connection echo and bulk download with no
+# toxic, with a bandwidth toxic far above loopback rates (100 GB/s: it only passes
+# bytes on) and with a 5 ms latency toxic, each on the downstream direction.
+TOXIC_CASES: tuple[tuple[str, dict[str, object] | None], ...] = (
+    ("none", None),
+    ("bw", {"name": "tp", "type": "bandwidth", "attributes": {"rate": 100_000_000}}),
+    ("lat5", {"name": "tp", "type": "latency", "attributes": {"latency": 5}}),
+)
+BULK_CAP_S = 20.0  # a bulk download slower than 256 MiB in this long is measured over it
 
 
 def measure(
@@ -412,6 +431,8 @@ def measure(
             res[f"lat{ms}_err_p99_ms"] = acc["p99"]
             res[f"lat{ms}_idle_direct_us"] = acc["idle_direct_us"]
             res[f"lat{ms}_noise_p99_ms"] = acc["idle_direct_p99_over_ms"]
+    if "toxicpath" in only:
+        res.update(_measure_toxic_path(api, echo_p, source_p, quick))
     if "apply" in only:
         apply_t, remove_t = apply_remove(api, "echo", int(200 * scale))
         res["apply_p50_ms"] = pct(apply_t, 50) * 1e3
@@ -465,10 +486,47 @@ def _measure_connect(ports: dict[str, int], echo_p: int, scale: float) -> dict[s
     return res
 
 
-def repeated(run: Callable[[], dict[str, float]], times: int) -> dict[str, float]:
-    """Median of each figure over ``times`` whole runs (proxies are created once per run)."""
-    runs = [run() for _ in range(max(1, times))]
-    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+def _measure_toxic_path(api: Api, echo_p: int, source_p: int, quick: bool) -> dict[str, float]:
+    res: dict[str, float] = {}
+    size = int(256 * MIB * (0.25 if quick else 1.0))
+    for case, toxic in TOXIC_CASES:
+        proxies = ("echo", "source") if toxic else ()
+        for proxy in proxies:
+            assert toxic is not None
+            api.add(proxy, toxic)
+        try:
+            res[f"tp_{case}_echo_rps"] = echo_throughput(
+                echo_p, conns=64, seconds=1.5 if quick else 3.0
+            )
+            cap = BULK_CAP_S / (4 if quick else 1)
+            res[f"tp_{case}_down_mbps"] = bulk(source_p, size=size, upstream=False, cap=cap) * 1e3
+        finally:
+            for proxy in proxies:
+                api.remove(proxy, "tp")
+    for what in ("echo_rps", "down_mbps"):
+        res[f"tp_bw_{what}_of_none"] = res[f"tp_bw_{what}"] / res[f"tp_none_{what}"]
+    return res
+
+
+def _start_faultday(stack: contextlib.ExitStack) -> str:
+    api_port = free_port()
+    argv = [sys.executable, "-m", "faultday.proxy", "--port", str(api_port)]
+    argv += ["--log-level", "warning"]
+    stack.enter_context(process(argv, ready="faultday-proxy ready"))
+    url = f"http://127.0.0.1:{api_port}"
+    wait_api(url)
+    return url
+
+
+def _start_toxiproxy(stack: contextlib.ExitStack, binary: str) -> str:
+    api_port = free_port()
+    # Like faultday's proxy (--log-level warning): no log line per connection.
+    argv = [binary, "-host", "127.0.0.1", "-port", str(api_port)]
+    # Its output is not read: an unread pipe would block it once full.
+    stack.enter_context(process(argv, env={"LOG_LEVEL": "warn"}, stdout=subprocess.DEVNULL))
+    url = f"http://127.0.0.1:{api_port}"
+    wait_api(url)
+    return url
 
 
 def verdict(key: str, value: float) -> str:
@@ -522,6 +580,30 @@ ROWS = [
         None,
     ),
     ("toxic apply p50 / p99 (ms), target ≤ 2", "apply_p50_ms", "apply_p99_ms", "apply_p50_ms"),
+    (
+        "toxic path, no toxic: 64 conns 1 KiB echo (msgs/s) / 256 MiB download (MB/s)",
+        "tp_none_echo_rps",
+        "tp_none_down_mbps",
+        None,
+    ),
+    (
+        "toxic path, bandwidth 100 GB/s (pass-through): echo (msgs/s) / download (MB/s)",
+        "tp_bw_echo_rps",
+        "tp_bw_down_mbps",
+        None,
+    ),
+    (
+        "pass-through / no toxic, echo / download, target ≥ 0.8",
+        "tp_bw_echo_rps_of_none",
+        "tp_bw_down_mbps_of_none",
+        "tp_bw_echo_rps_of_none",
+    ),
+    (
+        "toxic path, latency 5 ms: echo (msgs/s) / download (MB/s)",
+        "tp_lat5_echo_rps",
+        "tp_lat5_down_mbps",
+        None,
+    ),
     ("toxic remove p50 / p99 (ms), target ≤ 2", "remove_p50_ms", "remove_p99_ms", "remove_p50_ms"),
 ]
 
@@ -536,6 +618,8 @@ def table(results: dict[str, dict[str, float]]) -> str:
             cell = f"{r[a]:.3g}" if b is None else f"{r[a]:.3g} / {r[b]:.3g}"
             if target is not None:
                 checks = [verdict(target, r[target])]
+                if target == "tp_bw_echo_rps_of_none":
+                    checks.append(verdict(b, r[b]) if b else "pass")
                 if target.endswith("_p99_ms") and target.startswith("lat"):
                     checks.append(
                         verdict(target.replace("p99", "p50"), r[target.replace("p99", "p50")])
@@ -586,37 +670,22 @@ def main() -> int:
     except PermissionError:
         NICE = 0
     results: dict[str, dict[str, float]] = {}
-    with process([sys.executable, __file__, "--serve"]) as servers:
+    binary = shutil.which("toxiproxy-server")
+    with contextlib.ExitStack() as stack:
+        servers = stack.enter_context(process([sys.executable, __file__, "--serve"]))
         assert servers.stdout is not None
         ports = json.loads(servers.stdout.readline())
-        api_port = free_port()
-        argv = [
-            sys.executable,
-            "-m",
-            "faultday.proxy",
-            "--port",
-            str(api_port),
-            "--log-level",
-            "warning",
-        ]
-        with process(argv, ready="faultday-proxy ready"):
-            url = f"http://127.0.0.1:{api_port}"
-            wait_api(url)
-            results["faultday proxy"] = repeated(
-                lambda: measure("faultday", url, ports, args.quick, only), args.repeat
-            )
-        binary = shutil.which("toxiproxy-server")
+        urls = {"faultday proxy": _start_faultday(stack)}
         if binary:
-            api_port = free_port()
-            # Like faultday's proxy (--log-level warning): no log line per connection.
-            argv = [binary, "-host", "127.0.0.1", "-port", str(api_port)]
-            # Its output is not read: an unread pipe would block it once full.
-            with process(argv, env={"LOG_LEVEL": "warn"}, stdout=subprocess.DEVNULL):
-                url = f"http://127.0.0.1:{api_port}"
-                wait_api(url)
-                results["toxiproxy-server"] = repeated(
-                    lambda: measure("toxiproxy", url, ports, args.quick, only), args.repeat
-                )
+            urls["toxiproxy-server"] = _start_toxiproxy(stack, binary)
+        # Rounds alternate the servers (faultday, Toxiproxy, faultday, ...): drifting
+        # load on this shared machine hits both; each figure is the median of the rounds.
+        runs: dict[str, list[dict[str, float]]] = {k: [] for k in urls}
+        for _ in range(max(1, args.repeat)):
+            for kind, url in urls.items():
+                runs[kind].append(measure(kind, url, ports, args.quick, only))
+        for kind, rounds in runs.items():
+            results[kind] = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
     if only != frozenset(GROUPS):
         print(json.dumps(results, indent=1))
         return 0
@@ -645,7 +714,7 @@ def report(results: dict[str, dict[str, float]], *, quick: bool, real: bool) -> 
         f"Python {platform.python_version()}; every process at nice {NICE}. Echo/bulk "
         "servers, the proxy and the client are separate processes; direct and proxied "
         "samples are interleaved in 10 blocks; with --repeat N each figure is the median "
-        "of N whole runs.",
+        "of N whole runs, the servers alternated run by run (both are up throughout).",
         "",
     ]
     if not real:
