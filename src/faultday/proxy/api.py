@@ -1,31 +1,44 @@
-"""Toxiproxy 2.x's HTTP API on a small asyncio HTTP/1.1 server (keep-alive, JSON).
+"""Toxiproxy 2.12's HTTP API on asyncio, framed by httptools (llhttp).
 
-A hand-rolled server rather than an ASGI stack: the API shares the proxies'
-event loop (as Toxiproxy's does), starts in milliseconds and needs nothing
-beyond the standard library; applying a toxic is one loop iteration.
+The API shares the proxies' event loop (as Toxiproxy's does), starts in
+milliseconds and applies a toxic in one loop iteration. Requests are framed by
+llhttp, not by hand: a request it refuses (bad framing, a body over
+``MAX_BODY``) is answered 400 and the connection closed, so no unread body is
+ever taken for a further request. Routes, status codes and error texts are
+Toxiproxy's (``api.go``): clients match on them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import ipaddress
 import json
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import unquote, urlsplit
 
+import httptools
 from pydantic import BaseModel, JsonValue, ValidationError
 
+from faultday import __version__
 from faultday.proxy.metrics import render_metrics
 from faultday.proxy.models import (
+    ATTRS,
     TOXIPROXY_VERSION,
     ProxySpec,
     ProxyUpdate,
+    Stream,
     ToxicSpec,
+    split_hostport,
     validation_message,
 )
-from faultday.proxy.server import Proxy, ProxyError
+from faultday.proxy.server import Proxy, ProxyError, bind_listener
 from faultday.proxy.toxics import Toxic
 
 if TYPE_CHECKING:
@@ -35,6 +48,12 @@ log = logging.getLogger(__name__)
 
 IDLE_TIMEOUT = 120.0
 MAX_BODY = 1 << 20
+MAX_HEAD = 64 << 10  # request line and headers
+MAX_DEPTH = 64  # JSON nesting; Toxiproxy's bodies are two levels deep
+RESOLVE_TIMEOUT = 5.0
+REQUEST_ID_HEADER = "X-Toxiproxy-Request-Id"
+
+M = TypeVar("M", bound=BaseModel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,17 +64,32 @@ class Reply:
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    """An answer other than success: Toxiproxy's status code and ``error`` text."""
+
+    def __init__(self, status: int, message: str, *, extra: dict[str, JsonValue] | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
+        self.extra = extra or {}
 
+
+def bad_body(why: str) -> ApiError:
+    return ApiError(400, f"bad request body: {why}")
+
+
+def missing(field_name: str) -> ApiError:
+    return ApiError(400, f"missing required field: {field_name}")
+
+
+PROXY_NOT_FOUND = "proxy not found"
+TOXIC_NOT_FOUND = "toxic not found"
 
 _REASONS = {
     200: "OK",
     201: "Created",
     204: "No Content",
     400: "Bad Request",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     409: "Conflict",
@@ -63,25 +97,221 @@ _REASONS = {
 }
 
 
+# Toxiproxy's routes under /proxies/{name}: POST and PATCH both update (api.go).
+_METHODS = {
+    "": frozenset({"GET", "POST", "PATCH", "DELETE"}),
+    "toxics": frozenset({"GET", "POST"}),
+    "toxic": frozenset({"GET", "POST", "PATCH", "DELETE"}),
+    "counters": frozenset({"GET"}),  # faultday's own
+}
+
+
 def _json(status: int, value: JsonValue) -> Reply:
     return Reply(status, json.dumps(value, separators=(",", ":")).encode())
 
 
-def _error(status: int, message: str) -> Reply:
-    return _json(status, {"error": message, "status": status})
+def _error(exc: ApiError) -> Reply:
+    return _json(exc.status, {"error": exc.message, "status": exc.status, **exc.extra})
 
 
-def _parse(model: type[BaseModel], body: JsonValue) -> BaseModel:
+def _parse(model: type[M], body: JsonValue) -> M:
     try:
         return model.model_validate(body)
     except ValidationError as exc:
-        raise ApiError(400, validation_message(exc)) from exc
+        raise bad_body(validation_message(exc)) from exc
 
 
+class _RequestIds:
+    """Ids shaped as zerolog's xid (20 base32hex characters), one per answer."""
+
+    def __init__(self) -> None:
+        self._stem = os.urandom(3) + (os.getpid() & 0xFFFF).to_bytes(2, "big")
+        self._count = int.from_bytes(os.urandom(3), "big")
+
+    def next(self) -> str:
+        self._count = (self._count + 1) & 0xFFFFFF
+        raw = int(time.time()).to_bytes(4, "big") + self._stem + self._count.to_bytes(3, "big")
+        return base64.b32hexencode(raw).decode().rstrip("=").lower()
+
+
+# ---- framing ---------------------------------------------------------------------------------
+@dataclass(slots=True)
+class Request:
+    method: str
+    target: str
+    headers: dict[str, str]
+    body: bytes
+    keep_alive: bool
+
+
+@dataclass(slots=True)
+class _Framer:
+    """httptools callbacks: complete requests in ``done``; ``refused`` once framing failed."""
+
+    done: list[Request] = field(default_factory=list)
+    refused: ApiError | None = None
+    _url: bytearray = field(default_factory=bytearray)
+    _headers: dict[str, str] = field(default_factory=dict)
+    _body: bytearray = field(default_factory=bytearray)
+    _head: int = 0
+    parser: httptools.HttpRequestParser = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.parser = httptools.HttpRequestParser(self)
+
+    def feed(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            # An Upgrade/CONNECT request: answered as it is, then the connection closes.
+            self.refused = self.refused or ApiError(400, "protocol upgrades are not supported")
+        except httptools.HttpParserError as exc:
+            self.refused = self.refused or ApiError(400, f"bad request: {exc}")
+
+    def _refuse(self, message: str) -> None:
+        self.refused = ApiError(400, message)
+        raise ValueError(message)  # stops llhttp: nothing after this byte is parsed
+
+    def on_message_begin(self) -> None:
+        self._url.clear()
+        self._headers = {}
+        self._body = bytearray()
+        self._head = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._grow(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._grow(len(name) + len(value))
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        self._headers[key] = f"{self._headers[key]}, {text}" if key in self._headers else text
+
+    def _grow(self, n: int) -> None:
+        self._head += n
+        if self._head > MAX_HEAD:
+            self._refuse(f"request head over {MAX_HEAD} bytes")
+
+    def on_headers_complete(self) -> None:
+        length = self._headers.get("content-length", "")
+        # llhttp has checked the digits; only the size is left to refuse before reading.
+        if length.isdigit() and int(length) > MAX_BODY:
+            self._refuse(f"request body over {MAX_BODY} bytes")
+
+    def on_body(self, body: bytes) -> None:
+        if len(self._body) + len(body) > MAX_BODY:  # chunked bodies have no length up front
+            self._refuse(f"request body over {MAX_BODY} bytes")
+        self._body += body
+
+    def on_message_complete(self) -> None:
+        self.done.append(
+            Request(
+                method=self.parser.get_method().decode("latin-1"),
+                target=self._url.decode("latin-1"),
+                headers=self._headers,
+                body=bytes(self._body),
+                keep_alive=self.parser.should_keep_alive(),
+            )
+        )
+
+
+# ---- JSON bodies -----------------------------------------------------------------------------
+def _no_constant(name: str) -> JsonValue:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _depth(value: JsonValue) -> int:
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_DEPTH:
+            break
+        if isinstance(item, dict):
+            todo.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            todo.extend((v, depth + 1) for v in item)
+    return deepest
+
+
+def decode_body(body: bytes) -> JsonValue:
+    """The request's JSON; an empty body is Go's ``EOF`` (400), as in Toxiproxy."""
+    if not body.strip():
+        raise bad_body("EOF")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise bad_body(f"invalid UTF-8 at byte {exc.start}") from exc
+    try:
+        value: JsonValue = json.loads(text, parse_constant=_no_constant)
+    except RecursionError as exc:
+        raise bad_body(f"JSON nested deeper than {MAX_DEPTH} levels") from exc
+    except ValueError as exc:  # JSONDecodeError, NaN/Infinity
+        raise bad_body(f"invalid JSON: {exc}") from exc
+    if isinstance(value, dict | list) and _depth(value) > MAX_DEPTH:
+        raise bad_body(f"JSON nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _object(value: JsonValue, what: str) -> dict[str, JsonValue]:
+    # Go decodes ``null`` into a struct as "no fields given".
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise bad_body(f"expected a JSON object ({what})")
+    return value
+
+
+# ---- addresses -------------------------------------------------------------------------------
+async def resolve_listen(listen: str) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]:
+    """``host:port`` as an address, IPv4 first, as Go's ``net.ResolveTCPAddr`` does."""
+    host, port = split_hostport(listen)
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(host), port
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await asyncio.wait_for(
+            loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT
+        )
+    except (OSError, TimeoutError) as exc:
+        raise ApiError(500, f"cannot resolve {listen}: {exc}") from exc
+    infos.sort(key=lambda info: info[0] != socket.AF_INET)
+    return ipaddress.ip_address(infos[0][4][0]), port
+
+
+async def same_listen(current: str, wanted: str, *, any_port: bool = False) -> bool:
+    """Do two listen addresses name the same socket (``localhost:80`` is ``127.0.0.1:80``)?"""
+    have, want = await resolve_listen(current), await resolve_listen(wanted)
+    if any_port and want[1] == 0:  # asked for "any port" again: the one it got matches
+        return have[0] == want[0]
+    return have == want
+
+
+def _check_hostport(value: str, what: str) -> None:
+    try:
+        split_hostport(value)
+    except ValueError as exc:
+        raise bad_body(f"{what}: {exc}") from exc
+
+
+@dataclass(slots=True)
+class _Step:
+    """What ``POST /populate`` does with one proxy of the batch."""
+
+    spec: ProxySpec
+    existing: Proxy | None  # the proxy of that name now
+    keep: bool = False  # unchanged (same upstream, same address): kept as it is
+    reuse: bool = False  # replaced on the same address: the listening socket carries over
+    sock: socket.socket | None = None  # bound for it before anything changes
+
+
+# ---- the server ------------------------------------------------------------------------------
 class ApiHandler:
     def __init__(self, server: ProxyServer) -> None:
         self.server = server
         self._tasks: set[asyncio.Task[None]] = set()
+        self._ids = _RequestIds()
 
     async def close(self) -> None:
         """Cancel open API connections and wait (bounded) until they are gone."""
@@ -96,11 +326,8 @@ class ApiHandler:
         if task is not None:
             self._tasks.add(task)
         try:
-            while await self._one(reader, writer):
-                pass
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-            pass
-        except (TimeoutError, asyncio.CancelledError):
+            await self._serve(reader, writer)
+        except (ConnectionError, TimeoutError, asyncio.CancelledError):
             pass
         finally:
             if task is not None:
@@ -109,152 +336,251 @@ class ApiHandler:
             with contextlib.suppress(OSError, TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
 
-    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IDLE_TIMEOUT)
-        lines = head.decode("latin-1").split("\r\n")
-        method, target, version = ([*lines[0].split(" ", 2), "", ""])[:3]
-        headers = {}
-        for line in lines[1:]:
-            key, _, value = line.partition(":")
-            if key:
-                headers[key.strip().lower()] = value.strip()
-        length = int(headers.get("content-length", "0") or "0")
-        if length > MAX_BODY:
-            reply = _error(400, "body too large")
-            body = b""
-        else:
-            body = (
-                await asyncio.wait_for(reader.readexactly(length), IDLE_TIMEOUT) if length else b""
-            )
-            reply = await self._dispatch(method, target, body)
-        keep = headers.get("connection", "").lower() != "close" and version == "HTTP/1.1"
-        out = [
-            f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'Error')}",
-            f"Content-Type: {reply.content_type}",
-            f"Content-Length: {len(reply.body)}",
-        ]
-        if not keep:
-            out.append("Connection: close")
-        writer.write(("\r\n".join(out) + "\r\n\r\n").encode() + reply.body)
-        await asyncio.wait_for(writer.drain(), IDLE_TIMEOUT)
-        return keep
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        framer = _Framer()
+        while True:
+            async with asyncio.timeout(IDLE_TIMEOUT):
+                data = await reader.read(65536)
+            if not data:
+                return
+            framer.feed(data)
+            done, framer.done = framer.done, []
+            for request in done:
+                reply = await self.answer(request)
+                last = not request.keep_alive or (request is done[-1] and framer.refused)
+                await self._send(writer, reply, close=bool(last))
+                if last:
+                    return
+            if framer.refused is not None:
+                await self._send(writer, _error(framer.refused), close=True)
+                return
 
-    async def _dispatch(self, method: str, target: str, body: bytes) -> Reply:
-        parts = [unquote(p) for p in urlsplit(target).path.split("/") if p]
+    async def _send(self, writer: asyncio.StreamWriter, reply: Reply, *, close: bool) -> None:
+        head = (
+            f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'Error')}\r\n"
+            f"Content-Type: {reply.content_type}\r\n"
+            f"Content-Length: {len(reply.body)}\r\n"
+            f"{REQUEST_ID_HEADER}: {self._ids.next()}\r\n"
+        )
+        if close:
+            head += "Connection: close\r\n"
+        writer.write(head.encode() + b"\r\n" + reply.body)
+        async with asyncio.timeout(IDLE_TIMEOUT):
+            await writer.drain()
+
+    async def answer(self, request: Request) -> Reply:
+        """One request's reply (any exception a client can cause is a 4xx/5xx here)."""
+        parts = [unquote(p) for p in urlsplit(request.target).path.split("/") if p]
         try:
-            data: JsonValue = json.loads(body) if body.strip() else {}
-        except json.JSONDecodeError as exc:
-            return _error(400, f"invalid JSON: {exc}")
-        try:
-            return await self._route(method, parts, data)
+            return await self._route(request.method, parts, request.body)
         except ApiError as exc:
-            return _error(exc.status, exc.message)
+            return _error(exc)
         except ProxyError as exc:
-            return _error(500, str(exc))
+            return _error(ApiError(500, str(exc)))
 
     async def _route(  # noqa: PLR0911 - a flat route table reads best
-        self, method: str, parts: list[str], data: JsonValue
+        self, method: str, parts: list[str], body: bytes
     ) -> Reply:
-        n = len(parts)
         if parts == ["version"] and method == "GET":
-            return _json(200, {"version": TOXIPROXY_VERSION, "server": "faultday"})
+            version: dict[str, JsonValue] = {"version": TOXIPROXY_VERSION, "faultday": __version__}
+            return _json(200, version)
         if parts == ["metrics"] and method == "GET":
             return Reply(200, render_metrics(self.server), "text/plain; version=0.0.4")
         if parts == ["reset"] and method == "POST":
             return await self._reset()
         if parts == ["populate"] and method == "POST":
-            return await self._populate(data)
-        if n == 1 and parts[0] == "proxies":
+            return await self._populate(decode_body(body))
+        if parts == ["proxies"]:
             if method == "GET":
                 return _json(200, {k: p.to_json() for k, p in self.server.proxies.items()})
             if method == "POST":
-                return _json(201, (await self._create(data)).to_json())
-        if n >= 2 and parts[0] == "proxies":
-            return await self._proxy_route(method, self._proxy(parts[1]), parts[2:], data)
-        raise ApiError(404 if method in {"GET", "POST", "DELETE"} else 405, "not found")
+                return _json(201, (await self._create(decode_body(body))).to_json())
+            raise ApiError(405, "method not allowed")
+        if len(parts) >= 2 and parts[0] == "proxies":
+            return await self._proxy_route(method, parts[1], parts[2:], body)
+        raise ApiError(404, "not found")
 
-    async def _proxy_route(  # noqa: PLR0911, PLR0912 - a flat route table reads best
-        self, method: str, proxy: Proxy, rest: list[str], data: JsonValue
+    async def _proxy_route(  # noqa: PLR0911 - a flat route table reads best
+        self, method: str, name: str, rest: list[str], body: bytes
     ) -> Reply:
-        if not rest:
+        shape = "toxic" if len(rest) == 2 and rest[0] == "toxics" else "/".join(rest)
+        allowed = _METHODS.get(shape)
+        if allowed is None:
+            raise ApiError(404, "not found")
+        if method not in allowed:
+            raise ApiError(405, "method not allowed")
+        proxy = self._proxy(name)
+        if shape == "":
             if method == "GET":
                 return _json(200, proxy.to_json())
-            if method == "POST":
-                return _json(200, (await self._update(proxy, data)).to_json())
             if method == "DELETE":
                 proxy.stop()
                 self.server.proxies.pop(proxy.name, None)
                 return Reply(204)
-        elif rest == ["counters"] and method == "GET":
+            return _json(200, (await self._update(proxy, decode_body(body))).to_json())
+        if shape == "counters":
             return _json(200, proxy.counters.snapshot(proxy.name).to_json())
-        elif rest == ["toxics"]:
+        if shape == "toxics":
             if method == "GET":
                 return _json(200, [t.to_json() for t in proxy.toxics])
-            if method == "POST":
-                return _json(200, self._add_toxic(proxy, data).to_json())
-        elif len(rest) == 2 and rest[0] == "toxics":
-            toxic = proxy.toxic(rest[1])
-            if toxic is None:
-                raise ApiError(404, "toxic not found")
-            if method == "GET":
-                return _json(200, toxic.to_json())
-            if method == "POST":
-                return _json(200, self._update_toxic(proxy, toxic, data).to_json())
-            if method == "DELETE":
-                proxy.remove_toxic(toxic)
-                return Reply(204)
-        raise ApiError(405 if rest in (["toxics"], []) else 404, "not found")
+            return _json(200, self._add_toxic(proxy, decode_body(body)).to_json())
+        toxic = proxy.toxic(rest[1])
+        if toxic is None:
+            raise ApiError(404, TOXIC_NOT_FOUND)
+        if method == "GET":
+            return _json(200, toxic.to_json())
+        if method == "DELETE":
+            proxy.remove_toxic(toxic)
+            return Reply(204)
+        return _json(200, self._update_toxic(proxy, toxic, decode_body(body)).to_json())
 
     def _proxy(self, name: str) -> Proxy:
         proxy = self.server.proxies.get(name)
         if proxy is None:
-            raise ApiError(404, "proxy not found")
+            raise ApiError(404, PROXY_NOT_FOUND)
         return proxy
 
+    # ---- proxies ------------------------------------------------------------------------------
+    @staticmethod
+    def _proxy_spec(data: JsonValue, where: str = "") -> ProxySpec:
+        raw = _object(data, "a proxy")
+        for key in ("name", "upstream"):
+            if raw.get(key) in (None, ""):
+                raise missing(key + where)
+        spec = _parse(ProxySpec, raw)
+        _check_hostport(spec.listen, "listen")
+        _check_hostport(spec.upstream, "upstream")
+        return spec
+
     async def _create(self, data: JsonValue) -> Proxy:
-        spec = _parse(ProxySpec, data)
-        assert isinstance(spec, ProxySpec)
-        return await self.create(spec)
+        return await self.create(self._proxy_spec(data))
 
     async def create(self, spec: ProxySpec) -> Proxy:
         """Create (and start, when enabled) one proxy; ApiError 409 when the name is taken."""
         if spec.name in self.server.proxies:
             raise ApiError(409, "proxy already exists")
-        try:
-            proxy = Proxy(self.server.loop, spec, self.server.relay, self.server.native_id())
-        except ValueError as exc:
-            raise ApiError(400, str(exc)) from exc
+        proxy = Proxy(self.server.loop, spec, self.server.relay, self.server.native_id())
         if spec.enabled:
-            await self._start(proxy)
+            await proxy.start()
         self.server.proxies[spec.name] = proxy
         return proxy
 
-    async def _start(self, proxy: Proxy) -> None:
-        try:
-            await proxy.start()
-        except ValueError as exc:
-            raise ApiError(400, str(exc)) from exc
-
     async def _update(self, proxy: Proxy, data: JsonValue) -> Proxy:
-        upd = _parse(ProxyUpdate, data)
-        assert isinstance(upd, ProxyUpdate)
-        moved = (upd.listen is not None and upd.listen != proxy.listen) or (
-            upd.upstream is not None and upd.upstream != proxy.upstream
-        )
-        was = proxy.enabled
-        if moved or upd.enabled is False:
+        """Toxiproxy's update, all or nothing: a listen that fails leaves the proxy as it was."""
+        upd = _parse(ProxyUpdate, _object(data, "a proxy"))
+        listen = upd.listen or proxy.listen
+        upstream = proxy.upstream if upd.upstream is None else upd.upstream
+        enabled = proxy.enabled if upd.enabled is None else upd.enabled
+        if not upstream:
+            raise missing("upstream")
+        _check_hostport(listen, "listen")
+        _check_hostport(upstream, "upstream")
+        moved = not await same_listen(proxy.listen, listen)
+        differs = moved or upstream != proxy.upstream
+        sock: socket.socket | None = None
+        if enabled and moved and proxy.enabled:
+            sock = await self._bind_moving(proxy, listen)
+        elif enabled and (moved or not proxy.enabled):
+            sock = bind_listener(listen, name=proxy.name)
+        elif enabled and differs:
+            sock = proxy.take_listener()  # same address, new upstream: keep the listener
+        # Nothing below can fail: the proxy changes only once its new socket is bound.
+        if differs or not enabled:
             proxy.stop()
-        if upd.upstream is not None:
-            proxy.set_upstream(upd.upstream)
-        if upd.listen is not None:
-            proxy.listen = upd.listen
-        if upd.enabled is True or (upd.enabled is None and was):
-            await self._start(proxy)
+        if differs:
+            proxy.listen = listen
+            proxy.set_upstream(upstream)
+        if enabled and sock is not None:
+            await proxy.start(sock)
         return proxy
 
+    @staticmethod
+    async def _bind_moving(proxy: Proxy, listen: str) -> socket.socket:
+        """A socket on ``listen`` for an enabled proxy; on failure it still serves as before."""
+        try:
+            return bind_listener(listen, name=proxy.name)
+        except ProxyError:
+            if split_hostport(listen)[1] != split_hostport(proxy.listen)[1]:
+                raise
+        # Same port, another host (127.0.0.1:N -> 0.0.0.0:N): the proxy's own socket may
+        # be what is in the way. Close it, try, and rebind the old address if that fails.
+        old = proxy.take_listener()
+        if old is not None:
+            old.close()
+        try:
+            return bind_listener(listen, name=proxy.name)
+        except ProxyError:
+            proxy.enabled = False
+            await proxy.start()  # the address it held a moment ago
+            raise
+
+    async def _reset(self) -> Reply:
+        for proxy in self.server.proxies.values():
+            if not proxy.enabled:
+                await proxy.start()
+            proxy.clear_toxics()
+        return Reply(204)
+
+    async def _populate(self, data: JsonValue) -> Reply:
+        """Create or replace many proxies, all or nothing (Toxiproxy 2.12 keeps the first ones)."""
+        items = data.get("proxies") if isinstance(data, dict) else data
+        if not isinstance(items, list | None):
+            raise bad_body("expected a JSON array of proxies")
+        specs = [self._proxy_spec(item, f" at proxy {i}") for i, item in enumerate(items or [], 1)]
+        names = [s.name for s in specs]
+        for i, name in enumerate(names, 1):
+            if names.index(name) + 1 != i:
+                raise bad_body(f"duplicate name {name!r} at proxy {i}")
+        steps = [await self._plan(spec) for spec in specs]
+        try:
+            for step in steps:
+                if step.spec.enabled and not (step.keep or step.reuse):
+                    step.sock = bind_listener(step.spec.listen, name=step.spec.name)
+        except ProxyError as exc:
+            for step in steps:
+                if step.sock is not None:
+                    step.sock.close()
+            raise ApiError(500, str(exc), extra={"proxies": []}) from exc
+        # Every new socket is bound: nothing below can fail.
+        return _json(201, {"proxies": [(await self._apply(step)).to_json() for step in steps]})
+
+    async def _plan(self, spec: ProxySpec) -> _Step:
+        existing = self.server.proxies.get(spec.name)
+        if existing is None:
+            return _Step(spec, None)
+        if existing.upstream == spec.upstream and await same_listen(
+            existing.listen, spec.listen, any_port=True
+        ):
+            return _Step(spec, existing, keep=True)
+        reuse = (
+            spec.enabled and existing.enabled and await same_listen(existing.listen, spec.listen)
+        )
+        return _Step(spec, existing, reuse=reuse)
+
+    async def _apply(self, step: _Step) -> Proxy:
+        if step.keep and step.existing is not None:
+            return step.existing  # unchanged: toxics, connections and state kept, as Toxiproxy
+        sock = step.sock
+        if step.existing is not None:  # replaced, as Toxiproxy does: its toxics go too
+            if step.reuse:
+                sock = step.existing.take_listener()
+            step.existing.stop()
+        proxy = Proxy(self.server.loop, step.spec, self.server.relay, self.server.native_id())
+        if step.spec.enabled:
+            await proxy.start(sock)
+        self.server.proxies[step.spec.name] = proxy
+        return proxy
+
+    # ---- toxics -------------------------------------------------------------------------------
     def _add_toxic(self, proxy: Proxy, data: JsonValue) -> Toxic:
-        spec = _parse(ToxicSpec, data)
-        assert isinstance(spec, ToxicSpec)
+        raw = dict(_object(data, "a toxic"))
+        stream = raw.get("stream") or Stream.DOWNSTREAM.value
+        if not isinstance(stream, str) or stream.lower() not in tuple(Stream):
+            raise ApiError(400, "stream was invalid, can be either upstream or downstream")
+        raw["stream"] = stream.lower()
+        if raw.get("type") not in ATTRS:
+            raise ApiError(400, "invalid toxic type")
+        spec = _parse(ToxicSpec, raw)
         if proxy.toxic(spec.resolved_name()) is not None:
             raise ApiError(409, "toxic already exists")
         toxic = Toxic(spec, self._attrs(spec))
@@ -262,26 +588,23 @@ class ApiHandler:
         return toxic
 
     def _update_toxic(self, proxy: Proxy, toxic: Toxic, data: JsonValue) -> Toxic:
-        if not isinstance(data, dict):
-            raise ApiError(400, "expected a JSON object")
-        attrs = data.get("attributes", {})
-        if not isinstance(attrs, dict):
-            raise ApiError(400, "attributes: expected an object")
-        merged = {**toxic.attrs.model_dump(mode="json"), **attrs}
+        """Toxiproxy's update: attributes merged, toxicity when given; name, type, stream kept."""
+        raw = _object(data, "a toxic")
+        attrs = raw.get("attributes")
+        if attrs is not None and not isinstance(attrs, dict):
+            raise bad_body("attributes: expected a JSON object")
         spec = _parse(
             ToxicSpec,
             {
                 "name": toxic.name,
                 "type": toxic.type,
-                "stream": data.get("stream", toxic.stream.value),
-                "toxicity": data.get("toxicity", toxic.toxicity),
-                "attributes": merged,
+                "stream": toxic.stream.value,
+                "toxicity": raw.get("toxicity", toxic.toxicity),
+                "attributes": {**toxic.attrs.model_dump(mode="json"), **(attrs or {})},
             },
         )
-        assert isinstance(spec, ToxicSpec)
         toxic.attrs = self._attrs(spec)
         toxic.toxicity = spec.toxicity
-        toxic.stream = spec.stream
         proxy.notify()
         return toxic
 
@@ -290,43 +613,4 @@ class ApiHandler:
         try:
             return spec.parsed_attributes()
         except ValidationError as exc:
-            raise ApiError(400, f"attributes: {validation_message(exc)}") from exc
-
-    async def _reset(self) -> Reply:
-        for proxy in self.server.proxies.values():
-            proxy.clear_toxics()
-            if not proxy.enabled:
-                await self._start(proxy)
-        return Reply(204)
-
-    async def _populate(self, data: JsonValue) -> Reply:
-        items = data.get("proxies") if isinstance(data, dict) else data
-        if not isinstance(items, list):
-            raise ApiError(400, "expected a JSON array of proxies")
-        specs = []
-        for item in items:
-            spec = _parse(ProxySpec, item)
-            assert isinstance(spec, ProxySpec)
-            specs.append(spec)
-        out: list[JsonValue] = []
-        for spec in specs:
-            existing = self.server.proxies.get(spec.name)
-            if existing is not None and (
-                existing.upstream != spec.upstream or not _same_listen(existing.listen, spec.listen)
-            ):
-                existing.stop()
-                del self.server.proxies[spec.name]
-                existing = None
-            if existing is None:
-                existing = await self._create(spec.model_dump())
-            elif spec.enabled != existing.enabled:
-                await self._update(existing, {"enabled": spec.enabled})
-            out.append(existing.to_json())
-        return _json(201, {"proxies": out})
-
-
-def _same_listen(current: str, wanted: str) -> bool:
-    # A proxy created with port 0 got an ephemeral port; asking again for port 0 matches.
-    if wanted.endswith(":0"):
-        return current.rsplit(":", 1)[0] == wanted.rsplit(":", 1)[0]
-    return current == wanted
+            raise bad_body(f"attributes: {validation_message(exc)}") from exc

@@ -7,12 +7,22 @@ scenario fails loudly instead of silently injecting nothing.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 TOXIPROXY_VERSION = "2.12.0"
+DEFAULT_LISTEN = "127.0.0.1:0"
+
+# RFC 9110 media-type (visible ASCII only): an attribute that becomes a header value
+# must not carry CR/LF (header injection) or anything a client would misparse.
+_TCHARS = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_QUOTED = r'"(?:[\t \x21\x23-\x5b\x5d-\x7e]|\\[\t \x21-\x7e])*"'
+MEDIA_TYPE = re.compile(
+    rf"{_TCHARS}/{_TCHARS}(?:[ \t]*;[ \t]*(?:{_TCHARS}=(?:{_TCHARS}|{_QUOTED}))?)*"
+)
 
 
 class Stream(StrEnum):
@@ -77,6 +87,14 @@ class HttpErrorAttrs(_Limited):
     content_type: str = "application/json"
     rate: float = Field(default=1.0, ge=0.0, le=1.0, description="fraction of requests hit")
 
+    @field_validator("content_type")
+    @classmethod
+    def _media_type(cls, value: str) -> str:
+        # It is written into the injected response's Content-Type header verbatim.
+        if not MEDIA_TYPE.fullmatch(value):
+            raise ValueError(f"{value!r} is not a media type (type/subtype[; name=value])")
+        return value
+
 
 class HttpLatencyAttrs(_Limited):
     latency: int = Field(default=0, ge=0, description="ms added before each request")
@@ -123,7 +141,9 @@ class ToxicSpec(_Lenient):
     type: str
     stream: Stream = Stream.DOWNSTREAM
     toxicity: float = Field(default=1.0, ge=0.0, le=1.0)
-    attributes: dict[str, object] = Field(default_factory=dict)
+    # Toxiproxy's Go client sends ``"attributes": null`` for a toxic without any:
+    # null means every attribute at its default.
+    attributes: dict[str, object] | None = None
 
     @field_validator("type")
     @classmethod
@@ -136,7 +156,7 @@ class ToxicSpec(_Lenient):
         return self.name or f"{self.type}_{self.stream.value}"
 
     def parsed_attributes(self) -> BaseModel:
-        return ATTRS[self.type].model_validate(self.attributes)
+        return ATTRS[self.type].model_validate(self.attributes or {})
 
 
 class ProxySpec(_Lenient):
@@ -144,8 +164,14 @@ class ProxySpec(_Lenient):
 
     name: str = Field(min_length=1)
     upstream: str = Field(min_length=1)
-    listen: str = "127.0.0.1:0"
+    # Toxiproxy listens on every interface for an empty listen; faultday on loopback.
+    listen: str = DEFAULT_LISTEN
     enabled: bool = True
+
+    @field_validator("listen")
+    @classmethod
+    def _default_listen(cls, value: str) -> str:
+        return value or DEFAULT_LISTEN
 
 
 class ProxyUpdate(_Lenient):

@@ -50,6 +50,29 @@ def _connected_now(sock: socket.socket) -> bool:
     return True
 
 
+def bind_listener(listen: str, *, name: str = "") -> socket.socket:
+    """A non-blocking socket listening on ``host:port``; ProxyError when it cannot."""
+    host, port = split_hostport(listen)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        raise ProxyError(f"proxy {name}: cannot listen on {listen}: {exc}") from exc
+    sock.setblocking(False)
+    return sock
+
+
+def listen_address(sock: socket.socket) -> str:
+    """The ``host:port`` a listening socket is bound to (``[v6]:port`` for IPv6)."""
+    bound = sock.getsockname()
+    host = f"[{bound[0]}]" if sock.family == socket.AF_INET6 else bound[0]
+    return f"{host}:{bound[1]}"
+
+
 class Proxy:
     """One listening address forwarding to one upstream, with its toxics."""
 
@@ -83,28 +106,24 @@ class Proxy:
         self._addr: tuple[int, tuple[str, int]] | None = None
 
     # ---- listening -------------------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, sock: socket.socket | None = None) -> None:
+        """Listen on ``self.listen``, or on ``sock`` (bound by ``bind_listener`` beforehand)."""
         if self.enabled:
             return
-        host, port = split_hostport(self.listen)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
-            sock.listen(1024)
-        except OSError as exc:
-            sock.close()
-            raise ProxyError(f"proxy {self.name}: cannot listen on {self.listen}: {exc}") from exc
-        sock.setblocking(False)
-        bound = sock.getsockname()
-        self.listen = (
-            f"[{bound[0]}]:{bound[1]}" if family == socket.AF_INET6 else (f"{bound[0]}:{bound[1]}")
-        )
+        if sock is None:
+            sock = bind_listener(self.listen, name=self.name)
+        self.listen = listen_address(sock)
         self._lsock = sock
         self.enabled = True
         self.loop.add_reader(sock.fileno(), self._accept)
         log.info("proxy %s listening on %s -> %s", self.name, self.listen, self.upstream)
+
+    def take_listener(self) -> socket.socket | None:
+        """Stop accepting and hand the listening socket over, still bound (to a replacement)."""
+        sock, self._lsock = self._lsock, None
+        if sock is not None:
+            self.loop.remove_reader(sock.fileno())
+        return sock
 
     def stop(self) -> None:
         """Stop listening and close every open connection (``enabled: false``)."""
