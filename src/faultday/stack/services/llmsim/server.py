@@ -57,6 +57,7 @@ from faultday.stack.services.llmsim.text import (
     sample_length,
     tokenize,
 )
+from faultday.webguard import allowed_hosts_from_env, check_route
 
 log = logging.getLogger(__name__)
 gpu_log = logging.getLogger("faultday.llmsim.gpu")
@@ -232,8 +233,13 @@ class Live:
 class LlmSim:
     """The simulator: config, engine, metrics, faults; an ASGI application."""
 
-    def __init__(self, config: SimConfig) -> None:
+    def __init__(
+        self, config: SimConfig, *, listen_host: str, allowed_hosts: tuple[str, ...] = ()
+    ) -> None:
         self.config = config
+        # Where it listens and the extra Host names: what the browser guard checks against.
+        self.listen_host = listen_host
+        self.allowed_hosts = allowed_hosts
         self.engine = Engine(config)
         self.metrics = VllmMetrics(config)
         self.live: dict[str, Live] = {}
@@ -532,6 +538,7 @@ class LlmSim:
         if handler is None:
             handler = self._not_found
         try:
+            self._guard(scope)
             await handler(scope, receive, send)
         except HttpError as exc:
             await send_json(send, exc.status, exc.body())
@@ -539,6 +546,18 @@ class LlmSim:
                 self._exit_soon("a request hit EngineDeadError")
         except PlainError as exc:
             await send_json(send, exc.status, {"detail": exc.detail})
+
+    def _guard(self, scope: Scope) -> None:
+        """Refuse what a web page could send (faultday.webguard): before any route acts."""
+        refusal = check_route(
+            scope["method"],
+            scope["path"],
+            scope["headers"],
+            listen_host=self.listen_host,
+            allowed_hosts=self.allowed_hosts,
+        )
+        if refusal is not None:
+            raise HttpError(refusal.status, refusal.message, "ForbiddenError")
 
     async def _not_found(self, scope: Scope, receive: Receive, send: Send) -> None:
         if any(p == scope["path"] for _, p in self._routes):
@@ -1132,7 +1151,7 @@ def serve(
         Path(port_file).write_text(str(actual), encoding="utf-8")
 
     async def main() -> int:
-        sim = LlmSim(config)
+        sim = LlmSim(config, listen_host=host, allowed_hosts=allowed_hosts_from_env())
         uv_config = uvicorn.Config(
             sim,
             log_level=log_level,
