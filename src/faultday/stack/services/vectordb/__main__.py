@@ -15,6 +15,7 @@ from faultday.stack.services.embedder.hashing import DIM, embed
 from faultday.stack.services.vectordb.app import build_app
 from faultday.stack.services.vectordb.engine import Store
 from faultday.stack.services.vectordb.seed import Seeder
+from faultday.webguard import allowed_hosts_from_env
 
 log = logging.getLogger("faultday.vectordb")
 
@@ -51,7 +52,13 @@ def main(argv: list[str] | None = None) -> None:
         seeder.seed()
     else:
         seeder.ready = True
-    app = build_app(store, seeder, version=api_version())
+    app = build_app(
+        store,
+        seeder,
+        version=api_version(),
+        listen_host=a.host,
+        allowed_hosts=allowed_hosts_from_env(),
+    )
     try:
         uvicorn.run(app, host=a.host, port=a.port, log_level="warning")
     finally:

@@ -32,6 +32,7 @@ from faultday.stack.services.vectordb.engine import (
 )
 from faultday.stack.services.vectordb.seed import Seeder
 from faultday.stack.services.vectordb.wire import ApiError
+from faultday.webguard import WebGuard
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -116,8 +117,12 @@ def _collection_info(store: Store, name: str) -> dict[str, Any]:
     }
 
 
+def _error_body(message: str) -> dict[str, Any]:
+    return {"status": {"error": message}, "time": 0.0}
+
+
 def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"status": {"error": message}, "time": 0.0}, status_code=status)
+    return JSONResponse(_error_body(message), status_code=status)
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -148,8 +153,19 @@ def _query(request: Request, model: type[M]) -> M:
     return w.parse_query(model, request.query_params)
 
 
-def build_app(store: Store, seeder: Seeder, *, version: str) -> FastAPI:
-    """The FastAPI application serving ``store``."""
+def build_app(
+    store: Store,
+    seeder: Seeder,
+    *,
+    version: str,
+    listen_host: str,
+    allowed_hosts: tuple[str, ...] = (),
+) -> FastAPI:
+    """The FastAPI application serving ``store``, listening on ``listen_host``.
+
+    Outermost sits the browser guard (faultday.webguard) with ``allowed_hosts``:
+    a refusal answers 403 in Qdrant's error envelope before any route runs.
+    """
     app = FastAPI(title="faultday qdrant front", docs_url=None, redoc_url=None, openapi_url=None)
     metrics = Metrics()
     _install_error_handlers(app)
@@ -169,6 +185,10 @@ def build_app(store: Store, seeder: Seeder, *, version: str) -> FastAPI:
     _collection_routes(app, store)
     _point_routes(app, store)
     _admin_routes(app, seeder)
+    # Added last, so outermost: a refused request reaches no route and no counter.
+    app.add_middleware(
+        WebGuard, listen_host=listen_host, allowed_hosts=allowed_hosts, error_body=_error_body
+    )
     return app
 
 
