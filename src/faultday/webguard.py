@@ -46,6 +46,7 @@ send no ``Origin``, a non-browser ``User-Agent`` and JSON bodies, so they pass.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import os
@@ -74,6 +75,8 @@ _JSON_TYPE: Final = "application/json"
 _WILDCARD_LISTEN: Final = frozenset({"", "0.0.0.0", "::", "[::]", "*"})
 _HTTP_PORT: Final = 80
 _SHOWN: Final = 48  # how much of a header value a refusal quotes
+_READ: Final = frozenset({"user-agent", "content-type", "host", "origin"})
+_READ_BYTES: Final = frozenset(name.encode() for name in _READ)
 
 ADMIN_PREFIX: Final = "/admin/"
 _ANY_HOST: Final = ("*",)
@@ -131,8 +134,8 @@ def check_route(
     """:func:`check_request` with the route policy: the ``Host`` rule on admin routes,
     and on every route of a server that listens on loopback."""
     admin = path == ADMIN_PREFIX.rstrip("/") or path.startswith(ADMIN_PREFIX)
-    local = _is_loopback(listen_host.strip().lower().strip("[]"))
-    hosts = allowed_hosts if admin or local else _ANY_HOST
+    local = _listens_on_loopback(listen_host)
+    hosts = tuple(allowed_hosts) if admin or local else _ANY_HOST
     return check_request(method, headers, listen_host=listen_host, allowed_hosts=hosts)
 
 
@@ -192,9 +195,18 @@ def allowed_hosts_from_env(environ: dict[str, str] | None = None) -> tuple[str, 
 
 
 def _collect(headers: HeaderPairs) -> dict[str, list[str]]:
+    """The four headers the rules read, by lower-cased name; every other header is skipped."""
     fields: dict[str, list[str]] = {}
     for name, value in headers:
-        key = (name.decode("latin-1") if isinstance(name, bytes) else name).lower()
+        if isinstance(name, bytes):
+            raw = name.lower()
+            if raw not in _READ_BYTES:
+                continue
+            key = raw.decode("latin-1")
+        else:
+            key = name.lower()
+            if key not in _READ:
+                continue
         text = value.decode("latin-1") if isinstance(value, bytes) else value
         fields.setdefault(key, []).append(text.strip())
     return fields
@@ -227,7 +239,7 @@ def _host_and_origin(
     if len(hosts) > 1:
         return _refuse("more than one Host header")
     host = hosts[0] if hosts else ""
-    if host and not _host_allowed(host, listen_host=listen_host, allowed=allowed_hosts):
+    if host and not _host_allowed(host, listen_host, tuple(allowed_hosts)):
         return _refuse(
             f"Host {_show(host)} is not a loopback name or this server's address "
             f"(DNS rebinding?); add the name to {ALLOWED_HOSTS_ENV} if it is yours"
@@ -238,7 +250,8 @@ def _host_and_origin(
     return None
 
 
-def _host_allowed(host: str, *, listen_host: str, allowed: Collection[str]) -> bool:
+@functools.lru_cache(maxsize=512)  # a server sees a handful of Host values; parsing them is slow
+def _host_allowed(host: str, listen_host: str, allowed: tuple[str, ...]) -> bool:
     name = _host_name(host)
     if name is None:
         return False  # malformed: userinfo, spaces, a non-numeric port
@@ -253,6 +266,11 @@ def _host_allowed(host: str, *, listen_host: str, allowed: Collection[str]) -> b
     if name == listen.rstrip("."):
         return True
     return any(_name_matches(name, pattern) for pattern in allowed)
+
+
+@functools.lru_cache(maxsize=8)
+def _listens_on_loopback(listen_host: str) -> bool:
+    return _is_loopback(listen_host.strip().lower().strip("[]"))
 
 
 def _host_name(host: str) -> str | None:
