@@ -55,6 +55,8 @@ TARGETS = {
     "apply_p50_ms": ("<=", 2.0),
     "remove_p50_ms": ("<=", 2.0),
     "tp_bw_echo_rps_of_none": (">=", 0.8),
+    "http_latency_rps": (">=", 5000.0),
+    "stream_drip_eps": (">=", 50000.0),
     "tp_bw_down_mbps_of_none": (">=", 0.8),
 }
 
@@ -65,12 +67,14 @@ def serve() -> None:
     echo_l = _listener()
     sink_l = _listener()
     source_l = _listener()
-    print(
-        json.dumps({"echo": _port(echo_l), "sink": _port(sink_l), "source": _port(source_l)}),
-        flush=True,
-    )
+    http_l = _listener()
+    sse_l = _listener()
+    ports = {"echo": echo_l, "sink": sink_l, "source": source_l, "http": http_l, "sse": sse_l}
+    print(json.dumps({k: _port(v) for k, v in ports.items()}), flush=True)
     threading.Thread(target=_accept_loop, args=(sink_l, _sink), daemon=True).start()
     threading.Thread(target=_accept_loop, args=(source_l, _source), daemon=True).start()
+    threading.Thread(target=_accept_loop, args=(http_l, _http), daemon=True).start()
+    threading.Thread(target=_accept_loop, args=(sse_l, _sse), daemon=True).start()
     ep = select.epoll()
     ep.register(echo_l.fileno(), select.EPOLLIN)
     conns: dict[int, socket.socket] = {}
@@ -136,6 +140,50 @@ def _source(c: socket.socket) -> None:
         while left:
             n = c.send(block[: min(left, len(block))])
             left -= n
+
+
+HTTP_REQUEST = b"GET /x HTTP/1.1\r\nHost: bench\r\n\r\n"
+HTTP_RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
+SSE_EVENT = b"data: 0123456789\n\n"
+
+
+def _http(c: socket.socket) -> None:
+    """Keep-alive HTTP/1.1: one fixed answer per request (requests come one at a time)."""
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    with c:
+        buf = b""
+        while True:
+            try:
+                data = c.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            buf += data
+            while (end := buf.find(b"\r\n\r\n")) >= 0:
+                buf = buf[end + 4 :]
+                c.sendall(HTTP_RESPONSE)
+
+
+def _sse(c: socket.socket) -> None:
+    """One SSE response of N events (``GET /N``), written in large blocks, then close."""
+    with c:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = c.recv(4096)
+            if not chunk:
+                return
+            head += chunk
+        n = int(head.split(b" ", 2)[1].strip(b"/"))
+        c.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Cache-Control: no-cache\r\nConnection: close\r\n\r\n"
+        )
+        block = SSE_EVENT * 4096
+        with contextlib.suppress(OSError):
+            while n > 0:
+                c.sendall(block[: min(n, 4096) * len(SSE_EVENT)])
+                n -= 4096
 
 
 def _exactly(c: socket.socket, n: int) -> bytes:
@@ -237,6 +285,55 @@ def echo_throughput(port: int, *, conns: int, seconds: float) -> float:
         for s in socks:
             s.close()
     return done / took
+
+
+def http_throughput(port: int, *, conns: int, seconds: float) -> float:
+    """Requests per second, ``conns`` keep-alive connections each one request at a time."""
+    socks = [_connect(port) for _ in range(conns)]
+    ep = select.epoll()
+    left = {}
+    for s in socks:
+        s.setblocking(False)
+        ep.register(s.fileno(), select.EPOLLIN)
+        left[s.fileno()] = len(HTTP_RESPONSE)
+        s.send(HTTP_REQUEST)
+    by_fd = {s.fileno(): s for s in socks}
+    done = 0
+    t0 = time.perf_counter()
+    try:
+        while time.perf_counter() < t0 + seconds:
+            for fd, _ev in ep.poll(0.5):
+                try:
+                    data = by_fd[fd].recv(65536)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    raise ConnectionError("the proxy closed an HTTP connection")
+                left[fd] -= len(data)
+                if left[fd] <= 0:
+                    done += 1
+                    left[fd] = len(HTTP_RESPONSE)
+                    by_fd[fd].send(HTTP_REQUEST)
+        took = time.perf_counter() - t0
+    finally:
+        ep.close()
+        for s in socks:
+            s.close()
+    return done / took
+
+
+def sse_events(port: int, *, events: int) -> float:
+    """Events per second of one SSE response of ``events`` events, read to its end."""
+    with _connect(port) as s:
+        t0 = time.perf_counter()
+        s.sendall(f"GET /{events} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
+        got = 0
+        while chunk := s.recv(1 << 20):
+            got += chunk.count(b"\n\n")
+        took = time.perf_counter() - t0
+    if got < events:
+        raise ConnectionError(f"SSE: {got} of {events} events")
+    return events / took
 
 
 def bulk(port: int, *, size: int, upstream: bool, cap: float | None = None) -> float:
@@ -390,7 +487,7 @@ def apply_remove(api: Api, proxy: str, n: int) -> tuple[list[float], list[float]
     return apply_t, remove_t
 
 
-GROUPS = ("rtt", "conn64", "bulk", "connect", "toxic", "apply", "toxicpath")
+GROUPS = ("rtt", "conn64", "bulk", "connect", "toxic", "apply", "toxicpath", "http")
 # The toxic path (issue 16.3): the same 64-connection echo and bulk download with no
 # toxic, with a bandwidth toxic far above loopback rates (100 GB/s: it only passes
 # bytes on) and with a 5 ms latency toxic, each on the downstream direction.
@@ -433,6 +530,8 @@ def measure(
             res[f"lat{ms}_noise_p99_ms"] = acc["idle_direct_p99_over_ms"]
     if "toxicpath" in only:
         res.update(_measure_toxic_path(api, echo_p, source_p, quick))
+    if "http" in only and "toxiproxy" not in kind:  # faultday's own toxics: Toxiproxy has none
+        res.update(_measure_http(api, ports, quick))
     if "apply" in only:
         apply_t, remove_t = apply_remove(api, "echo", int(200 * scale))
         res["apply_p50_ms"] = pct(apply_t, 50) * 1e3
@@ -505,6 +604,23 @@ def _measure_toxic_path(api: Api, echo_p: int, source_p: int, quick: bool) -> di
                 api.remove(proxy, "tp")
     for what in ("echo_rps", "down_mbps"):
         res[f"tp_bw_{what}_of_none"] = res[f"tp_bw_{what}"] / res[f"tp_none_{what}"]
+    return res
+
+
+def _measure_http(api: Api, ports: dict[str, int], quick: bool) -> dict[str, float]:
+    """HTTP/SSE toxics stay in Python (issue 16.3) if these reach 5 000 req/s, 50 000 events/s."""
+    http_p = api.proxy("http", ports["http"])
+    sse_p = api.proxy("sse", ports["sse"])
+    seconds = 1.5 if quick else 3.0
+    events = 50_000 if quick else 200_000
+    res = {
+        "http_none_rps": http_throughput(http_p, conns=32, seconds=seconds),
+        "sse_none_eps": sse_events(sse_p, events=events),
+    }
+    api.add("http", {"name": "hl", "type": "http_latency", "attributes": {"latency": 1}})
+    api.add("sse", {"name": "drip", "type": "stream_drip", "attributes": {"interval": 0}})
+    res["http_latency_rps"] = http_throughput(http_p, conns=32, seconds=seconds)
+    res["stream_drip_eps"] = sse_events(sse_p, events=events)
     return res
 
 
@@ -604,6 +720,18 @@ ROWS = [
         "tp_lat5_down_mbps",
         None,
     ),
+    (
+        "HTTP, 32 keep-alive conns: no toxic / http_latency 1 ms (requests/s), target ≥ 5000",
+        "http_none_rps",
+        "http_latency_rps",
+        "http_latency_rps",
+    ),
+    (
+        "SSE, one stream: no toxic / stream_drip interval 0 (events/s), target ≥ 50000",
+        "sse_none_eps",
+        "stream_drip_eps",
+        "stream_drip_eps",
+    ),
     ("toxic remove p50 / p99 (ms), target ≤ 2", "remove_p50_ms", "remove_p99_ms", "remove_p50_ms"),
 ]
 
@@ -615,6 +743,9 @@ def table(results: dict[str, dict[str, float]]) -> str:
         cells = []
         for kind in kinds:
             r = results[kind]
+            if a not in r:  # a faultday-only toxic (HTTP/SSE)
+                cells.append("—")
+                continue
             cell = f"{r[a]:.3g}" if b is None else f"{r[a]:.3g} / {r[b]:.3g}"
             if target is not None:
                 checks = [verdict(target, r[target])]

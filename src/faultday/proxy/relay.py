@@ -66,6 +66,7 @@ SPIN_LEAD = 1.5e-3
 _SPLICE_FLAGS = 0x01 | 0x02  # SPLICE_F_MOVE | SPLICE_F_NONBLOCK
 _F_SETPIPE_SZ = 1031
 _splice = os.splice
+_SSE_SLICE = 512  # bytes of an SSE body given to split_events at a time
 _HTTP_START = re.compile(rb"^[A-Z]{3,10} ")
 _METHODS = (b"GET", b"POST", b"PUT", b"DELETE", b"HEAD", b"OPTIONS", b"PATCH", b"CONNECT", b"TRACE")
 
@@ -693,12 +694,46 @@ class Direction:
     async def _sse_body(self, ts: float, event: http1.Body) -> None:
         sse = self.sse
         assert sse is not None
-        sse.buf += event.data
-        for piece in http1.split_events(sse.buf):
-            await self._sse_gate(sse)
-            sse.sent += 1
-            sse.last = time.monotonic()
-            await self._emit(ts, http1.encode(http1.Body(piece, event.chunked)))
+        # Events no toxic holds back leave together, in one write: a write per event
+        # capped a stream near 2 500 events/s. The body is split in bounded slices
+        # because split_events rescans what is left of its buffer for every event.
+        batch = bytearray()
+        data = memoryview(event.data)
+        for off in range(0, len(data), _SSE_SLICE):
+            sse.buf += data[off : off + _SSE_SLICE]
+            for piece in http1.split_events(sse.buf):
+                if batch and self._sse_would_wait(sse):
+                    await self._emit(ts, http1.encode(http1.Body(bytes(batch), event.chunked)))
+                    batch.clear()
+                await self._sse_gate(sse)
+                sse.sent += 1
+                sse.last = time.monotonic()
+                batch += piece
+        if batch:
+            await self._emit(ts, http1.encode(http1.Body(bytes(batch), event.chunked)))
+
+    def _sse_would_wait(self, sse: _SseState) -> bool:
+        """Would ``_sse_gate`` hold the next event back (or cut the stream) now?"""
+        now = time.monotonic()
+        for link in sse.links:
+            attrs = link.toxic.attrs
+            if not link.live:
+                continue
+            if isinstance(attrs, StreamCutAttrs) and sse.sent >= attrs.after_events:
+                return True
+            if (
+                isinstance(attrs, StreamStallAttrs)
+                and sse.sent == attrs.after_events
+                and id(link) not in sse.stalled
+            ):
+                return True
+            if (
+                isinstance(attrs, StreamDripAttrs)
+                and sse.sent > 0
+                and sse.last + attrs.interval / 1000.0 > now
+            ):
+                return True
+        return False
 
     async def _sse_gate(self, sse: _SseState) -> None:
         """Before event number ``sse.sent + 1``: cut, stall or drip as the toxics say."""
