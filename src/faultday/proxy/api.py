@@ -51,6 +51,8 @@ MAX_BODY = 1 << 20
 MAX_HEAD = 64 << 10  # request line and headers
 MAX_DEPTH = 64  # JSON nesting; Toxiproxy's bodies are two levels deep
 RESOLVE_TIMEOUT = 5.0
+LINGER_TIMEOUT = 2.0  # after a refusal: how long unread input is drained before closing
+LINGER_BYTES = 4 * MAX_BODY
 REQUEST_ID_HEADER = "X-Toxiproxy-Request-Id"
 
 M = TypeVar("M", bound=BaseModel)
@@ -306,6 +308,22 @@ class _Step:
     sock: socket.socket | None = None  # bound for it before anything changes
 
 
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Half-close, then read and drop what the client still sends (bounded), then close.
+
+    Closing with unread input makes the kernel send a reset, which can destroy the
+    refusal before the client reads it. Nothing read here is parsed.
+    """
+    with contextlib.suppress(OSError, RuntimeError):
+        if writer.can_write_eof():
+            writer.write_eof()
+    with contextlib.suppress(OSError, TimeoutError):
+        async with asyncio.timeout(LINGER_TIMEOUT):
+            left = LINGER_BYTES
+            while left > 0 and (chunk := await reader.read(65536)):
+                left -= len(chunk)
+
+
 # ---- the server ------------------------------------------------------------------------------
 class ApiHandler:
     def __init__(self, server: ProxyServer) -> None:
@@ -346,13 +364,12 @@ class ApiHandler:
             framer.feed(data)
             done, framer.done = framer.done, []
             for request in done:
-                reply = await self.answer(request)
-                last = not request.keep_alive or (request is done[-1] and framer.refused)
-                await self._send(writer, reply, close=bool(last))
-                if last:
+                await self._send(writer, await self.answer(request), close=not request.keep_alive)
+                if not request.keep_alive:
                     return
             if framer.refused is not None:
                 await self._send(writer, _error(framer.refused), close=True)
+                await _linger(reader, writer)
                 return
 
     async def _send(self, writer: asyncio.StreamWriter, reply: Reply, *, close: bool) -> None:

@@ -1,0 +1,264 @@
+"""Issue 16.4: the control API's own HTTP handling, driven with raw bytes on real sockets."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from tests.proxy.conftest import EchoServer, free_port
+
+from faultday.proxy import ProxyServer
+from faultday.proxy.api import MAX_BODY, MAX_DEPTH
+from faultday.proxy.models import HttpErrorAttrs
+
+JSON = {"Content-Type": "application/json"}
+
+
+@pytest.fixture
+def api(inproc: ProxyServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=inproc.api_url, headers=JSON, timeout=5) as http:
+        yield http
+
+
+def raw(server: ProxyServer, data: bytes, *, timeout: float = 5.0) -> bytes:
+    """Send ``data`` on one connection and read until the server closes it."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=timeout) as s:
+        s.sendall(data)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+        return out
+
+
+def responses(stream: bytes) -> list[tuple[int, dict[str, str], bytes]]:
+    """Split a byte stream of HTTP/1.1 responses (each with a Content-Length)."""
+    out = []
+    while stream:
+        head, _, rest = stream.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
+        size = int(headers["content-length"])
+        out.append((int(lines[0].split()[1]), headers, rest[:size]))
+        stream = rest[size:]
+    return out
+
+
+def request(
+    method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+) -> bytes:
+    head = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json"]
+    head += [f"{k}: {v}" for k, v in (headers or {"Content-Length": str(len(body))}).items()]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def make_proxy(api: httpx.Client, name: str, upstream: str, listen: str = "127.0.0.1:0") -> dict:
+    r = api.post("/proxies", json={"name": name, "upstream": upstream, "listen": listen})
+    assert r.status_code == 201, r.text
+    out: dict = r.json()
+    return out
+
+
+def echo_via(listen: str) -> bytes:
+    host, port = listen.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=3) as s:
+        s.sendall(b"ping")
+        return s.recv(16)
+
+
+# ---- request desync ----------------------------------------------------------------------
+def test_oversized_body_cannot_smuggle_a_request(
+    inproc: ProxyServer, api: httpx.Client, echo: EchoServer
+) -> None:
+    make_proxy(api, "victim", echo.addr)
+    hidden = request("DELETE", "/proxies/victim")
+    body = hidden + b" " * (MAX_BODY + 1 - len(hidden))
+    got = responses(raw(inproc, request("POST", "/proxies", body)))
+    # One answer, then the connection closed: the body was never parsed as a request.
+    assert [(status, h.get("connection")) for status, h, _ in got] == [(400, "close")]
+    assert f"over {MAX_BODY} bytes" in json.loads(got[0][2])["error"]
+    assert api.get("/proxies/victim").status_code == 200
+
+
+def test_oversized_chunked_body_is_refused_and_closed(
+    inproc: ProxyServer, api: httpx.Client, echo: EchoServer
+) -> None:
+    make_proxy(api, "victim", echo.addr)
+    hidden = request("DELETE", "/proxies/victim")
+    chunk = hidden + b" " * (MAX_BODY - len(hidden))
+    body = b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(chunk), chunk, len(hidden), hidden)
+    got = responses(
+        raw(inproc, request("POST", "/proxies", body, {"Transfer-Encoding": "chunked"}))
+    )
+    assert [status for status, _, _ in got] == [400]
+    assert api.get("/proxies/victim").status_code == 200
+
+
+def test_a_refused_body_after_a_good_request_still_answers_the_first(
+    inproc: ProxyServer, api: httpx.Client
+) -> None:
+    good = request("GET", "/version")
+    bad = request("POST", "/proxies", headers={"Content-Length": "abc"})
+    got = responses(raw(inproc, good + bad))
+    assert [status for status, _, _ in got] == [200, 400]
+
+
+# ---- malformed requests each get a 400 with a message --------------------------------------
+@pytest.mark.parametrize("length", ["abc", "-5", "1 2", "99999999999999999999999"])
+def test_bad_content_length_is_a_400_and_closes(inproc: ProxyServer, length: str) -> None:
+    got = responses(raw(inproc, request("POST", "/proxies", b"{}", {"Content-Length": length})))
+    assert len(got) == 1
+    status, headers, body = got[0]
+    assert (status, headers.get("connection")) == (400, "close")
+    assert json.loads(body)["error"]  # a message, not an empty answer
+
+
+def test_conflicting_content_lengths_are_refused(inproc: ProxyServer) -> None:
+    headers = {"Content-Length": "2", "Content-Length ": "30"}
+    got = responses(raw(inproc, request("POST", "/proxies", b"{}", headers)))
+    assert [status for status, _, _ in got] == [400]
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b'{"name": "\xff\xfe", "upstream": "127.0.0.1:1"}', "UTF-8"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested"),
+        (b'{"a":' * (MAX_DEPTH + 1) + b"1" + b"}" * (MAX_DEPTH + 1), "nested"),
+        (b'{"name": "x", "upstream": "127.0.0.1:1", "enabled": NaN}', "NaN"),
+        (b"", "EOF"),
+    ],
+    ids=["invalid-utf8", "100k-deep", "just-too-deep", "nan", "empty"],
+)
+def test_bad_json_is_a_400_and_the_connection_goes_on(
+    inproc: ProxyServer, api: httpx.Client, body: bytes, says: str
+) -> None:
+    # The body was read whole, so the connection stays usable: the next request answers.
+    stream = request("POST", "/proxies", body) + request(
+        "GET", "/version", headers={"Content-Length": "0", "Connection": "close"}
+    )
+    got = responses(raw(inproc, stream))
+    assert [status for status, _, _ in got] == [400, 200]
+    assert says in json.loads(got[0][2])["error"]
+    assert api.get("/proxies").json() == {}
+
+
+def test_header_block_over_the_limit_is_refused(inproc: ProxyServer) -> None:
+    got = responses(raw(inproc, request("GET", "/version", headers={"X-Big": "a" * 70_000})))
+    assert [(status, h.get("connection")) for status, h, _ in got] == [(400, "close")]
+
+
+# ---- header injection through a toxic's attributes --------------------------------------
+@pytest.mark.parametrize(
+    "content_type",
+    ["text/plain\r\nSet-Cookie: evil=1", "text/plain\nX: y", "text/plain\x00", "no-slash", ""],
+)
+def test_http_error_content_type_must_be_a_media_type(
+    api: httpx.Client, echo: EchoServer, content_type: str
+) -> None:
+    make_proxy(api, "p", echo.addr)
+    bad = {"type": "http_error", "name": "e", "attributes": {"content_type": content_type}}
+    r = api.post("/proxies/p/toxics", json=bad)
+    assert r.status_code == 400, r.text
+    assert "content_type" in r.json()["error"]
+    assert api.get("/proxies/p/toxics").json() == []
+    # An existing toxic cannot be updated into one either; it keeps its value.
+    good = {"type": "http_error", "name": "e", "attributes": {"content_type": "text/plain"}}
+    assert api.post("/proxies/p/toxics", json=good).status_code == 200
+    r = api.patch("/proxies/p/toxics/e", json={"attributes": {"content_type": content_type}})
+    assert r.status_code == 400
+    assert api.get("/proxies/p/toxics/e").json()["attributes"]["content_type"] == "text/plain"
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [HttpErrorAttrs().content_type, "text/plain; charset=utf-8", 'text/x; a="b c"; d=e'],
+)
+def test_valid_media_types_pass(api: httpx.Client, echo: EchoServer, content_type: str) -> None:
+    make_proxy(api, "p", echo.addr)
+    body = {"type": "http_error", "attributes": {"content_type": content_type}}
+    assert api.post("/proxies/p/toxics", json=body).status_code == 200
+
+
+# ---- a failed update leaves the proxy as it was ----------------------------------------------
+def test_listen_in_use_leaves_the_proxy_serving(api: httpx.Client, echo: EchoServer) -> None:
+    before = make_proxy(api, "agent_to_qdrant", echo.addr)
+    with socket.create_server(("127.0.0.1", 0)) as blocker:
+        taken = f"127.0.0.1:{blocker.getsockname()[1]}"
+        r = api.patch("/proxies/agent_to_qdrant", json={"listen": taken})
+        assert r.status_code == 500
+        assert "in use" in r.json()["error"]
+    assert api.get("/proxies/agent_to_qdrant").json() == before
+    assert echo_via(before["listen"]) == b"ping"
+
+
+def test_enabling_on_an_address_in_use_leaves_it_disabled(
+    api: httpx.Client, echo: EchoServer
+) -> None:
+    make_proxy(api, "p", echo.addr)
+    api.patch("/proxies/p", json={"enabled": False})
+    with socket.create_server(("127.0.0.1", 0)) as blocker:
+        taken = f"127.0.0.1:{blocker.getsockname()[1]}"
+        r = api.patch("/proxies/p", json={"listen": taken, "enabled": True})
+        assert r.status_code == 500
+    after = api.get("/proxies/p").json()
+    assert after["enabled"] is False
+    assert after["listen"] != taken
+
+
+@pytest.mark.parametrize("listen", ["nonsense", "127.0.0.1:99999", "127.0.0.1:"])
+def test_bad_listen_is_a_400_and_changes_nothing(
+    api: httpx.Client, echo: EchoServer, listen: str
+) -> None:
+    before = make_proxy(api, "p", echo.addr)
+    r = api.patch("/proxies/p", json={"listen": listen})
+    assert r.status_code == 400, r.text
+    assert api.get("/proxies/p").json() == before
+    assert echo_via(before["listen"]) == b"ping"
+
+
+def test_move_keeps_toxics_and_serves_on_the_new_address(
+    api: httpx.Client, echo: EchoServer
+) -> None:
+    before = make_proxy(api, "p", echo.addr)
+    api.post("/proxies/p/toxics", json={"type": "latency", "name": "lat"})
+    new = f"127.0.0.1:{free_port()}"
+    r = api.patch("/proxies/p", json={"listen": new})
+    assert r.status_code == 200, r.text
+    assert (r.json()["listen"], [t["name"] for t in r.json()["toxics"]]) == (new, ["lat"])
+    assert echo_via(new) == b"ping"
+    with pytest.raises(ConnectionRefusedError):
+        echo_via(before["listen"])
+
+
+# ---- populate is all or nothing ------------------------------------------------------------
+def test_populate_failing_batch_changes_nothing(api: httpx.Client, echo: EchoServer) -> None:
+    kept = make_proxy(api, "kept", echo.addr)
+    api.post("/proxies/kept/toxics", json={"type": "latency", "name": "lat"})
+    with socket.create_server(("127.0.0.1", 0)) as blocker:
+        taken = f"127.0.0.1:{blocker.getsockname()[1]}"
+        batch = [
+            {"name": "first", "upstream": echo.addr},
+            {"name": "kept", "upstream": "127.0.0.1:1", "listen": f"127.0.0.1:{free_port()}"},
+            {"name": "second", "upstream": echo.addr, "listen": taken},
+        ]
+        r = api.post("/populate", json=batch)
+        assert r.status_code == 500, r.text
+        assert r.json()["proxies"] == []
+    assert set(api.get("/proxies").json()) == {"kept"}
+    assert api.get("/proxies/kept").json() == {
+        **kept,
+        "toxics": api.get("/proxies/kept/toxics").json(),
+    }
+    assert [t["name"] for t in api.get("/proxies/kept/toxics").json()] == ["lat"]
+    assert echo_via(kept["listen"]) == b"ping"
+
+
+def test_populate_refuses_a_name_given_twice(api: httpx.Client, echo: EchoServer) -> None:
+    batch = [{"name": "a", "upstream": echo.addr}, {"name": "a", "upstream": echo.addr}]
+    r = api.post("/populate", json=batch)
+    assert r.status_code == 400
+    assert "at proxy 2" in r.json()["error"]
+    assert api.get("/proxies").json() == {}
