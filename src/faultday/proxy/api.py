@@ -40,6 +40,7 @@ from faultday.proxy.models import (
 )
 from faultday.proxy.server import Proxy, ProxyError, bind_listener
 from faultday.proxy.toxics import Toxic
+from faultday.webguard import check_request
 
 if TYPE_CHECKING:
     from faultday.proxy.server import ProxyServer
@@ -141,7 +142,7 @@ class _RequestIds:
 class Request:
     method: str
     target: str
-    headers: dict[str, str]
+    headers: list[tuple[str, str]]  # as sent: names lower-cased, repeats kept
     body: bytes
     keep_alive: bool
 
@@ -153,7 +154,8 @@ class _Framer:
     done: list[Request] = field(default_factory=list)
     refused: ApiError | None = None
     _url: bytearray = field(default_factory=bytearray)
-    _headers: dict[str, str] = field(default_factory=dict)
+    _headers: list[tuple[str, str]] = field(default_factory=list)
+    _length: str = ""
     _body: bytearray = field(default_factory=bytearray)
     _head: int = 0
     parser: httptools.HttpRequestParser = field(init=False)
@@ -176,7 +178,8 @@ class _Framer:
 
     def on_message_begin(self) -> None:
         self._url.clear()
-        self._headers = {}
+        self._headers = []
+        self._length = ""
         self._body = bytearray()
         self._head = 0
 
@@ -187,8 +190,9 @@ class _Framer:
     def on_header(self, name: bytes, value: bytes) -> None:
         self._grow(len(name) + len(value))
         key = name.decode("latin-1").lower()
-        text = value.decode("latin-1")
-        self._headers[key] = f"{self._headers[key]}, {text}" if key in self._headers else text
+        self._headers.append((key, value.decode("latin-1")))
+        if key == "content-length":
+            self._length = self._headers[-1][1]
 
     def _grow(self, n: int) -> None:
         self._head += n
@@ -196,9 +200,8 @@ class _Framer:
             self._refuse(f"request head over {MAX_HEAD} bytes")
 
     def on_headers_complete(self) -> None:
-        length = self._headers.get("content-length", "")
         # llhttp has checked the digits; only the size is left to refuse before reading.
-        if length.isdigit() and int(length) > MAX_BODY:
+        if self._length.isdigit() and int(self._length) > MAX_BODY:
             self._refuse(f"request body over {MAX_BODY} bytes")
 
     def on_body(self, body: bytes) -> None:
@@ -326,8 +329,9 @@ async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
 
 # ---- the server ------------------------------------------------------------------------------
 class ApiHandler:
-    def __init__(self, server: ProxyServer) -> None:
+    def __init__(self, server: ProxyServer, *, allowed_hosts: tuple[str, ...] = ()) -> None:
         self.server = server
+        self.allowed_hosts = allowed_hosts  # Host names beyond loopback (faultday.webguard)
         self._tasks: set[asyncio.Task[None]] = set()
         self._ids = _RequestIds()
 
@@ -387,6 +391,15 @@ class ApiHandler:
 
     async def answer(self, request: Request) -> Reply:
         """One request's reply (any exception a client can cause is a 4xx/5xx here)."""
+        # Every route creates relays or changes them: all four browser rules, everywhere.
+        refusal = check_request(
+            request.method,
+            request.headers,
+            listen_host=self.server.host,
+            allowed_hosts=self.allowed_hosts,
+        )
+        if refusal is not None:
+            return _error(ApiError(refusal.status, refusal.message))
         parts = [unquote(p) for p in urlsplit(request.target).path.split("/") if p]
         try:
             return await self._route(request.method, parts, request.body)

@@ -13,6 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 from faultday.errors import UsageError
 from faultday.proxy.models import ProxySpec
 from faultday.proxy.server import ProxyServer
+from faultday.webguard import allowed_hosts_from_env
 
 app = typer.Typer(help="faultday's Toxiproxy-compatible fault proxy.", no_args_is_help=True)
 
@@ -38,7 +39,12 @@ def serve_forever(*, host: str, port: int, config: Path | None, log_level: str) 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    server = ProxyServer(host=host, port=port, proxies=load_config(config) if config else ())
+    server = ProxyServer(
+        host=host,
+        port=port,
+        proxies=load_config(config) if config else (),
+        allowed_hosts=allowed_hosts_from_env(),
+    )
 
     def ready(srv: ProxyServer) -> None:
         # The stack supervisor waits for this line (and then for GET /version).

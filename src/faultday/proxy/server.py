@@ -339,10 +339,16 @@ class ProxyServer:
     """The Toxiproxy-API server and its proxies, on one event loop."""
 
     def __init__(
-        self, *, host: str = "127.0.0.1", port: int = 0, proxies: tuple[ProxySpec, ...] = ()
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        proxies: tuple[ProxySpec, ...] = (),
+        allowed_hosts: tuple[str, ...] = (),
     ) -> None:
         self.host = host
         self.port = port
+        self.allowed_hosts = allowed_hosts  # API Host names beyond loopback (faultday.webguard)
         self._initial = proxies
         self.proxies: dict[str, Proxy] = {}
         self.relay: NativeRelay | None = None
@@ -371,7 +377,7 @@ class ProxyServer:
 
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
-        handler = ApiHandler(self)
+        handler = ApiHandler(self, allowed_hosts=self.allowed_hosts)
         server = await asyncio.start_server(handler.handle, self.host, self.port, limit=1 << 20)
         self.port = int(server.sockets[0].getsockname()[1])
         self.relay = NativeRelay.start(self._loop, self._handoff, self._native_closed)
