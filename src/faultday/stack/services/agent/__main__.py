@@ -19,6 +19,7 @@ from faultday.errors import ScenarioError, UsageError
 from faultday.stack.services.agent.app import build_app
 from faultday.stack.services.agent.config import load_config, select_policy
 from faultday.stack.services.agent.runtime import Endpoints, Runtime
+from faultday.webguard import allowed_hosts_from_env
 
 URLS = ("redis", "llm-primary", "llm-backup", "embedder", "qdrant", "tools")
 
@@ -83,7 +84,8 @@ def main(argv: list[str] | None = None) -> None:
         tmp.cleanup()
         p.error(str(exc))
     try:
-        uvicorn.run(build_app(rt), host=a.host, port=a.port, log_level="warning")
+        app = build_app(rt, listen_host=a.host, allowed_hosts=allowed_hosts_from_env())
+        uvicorn.run(app, host=a.host, port=a.port, log_level="warning")
     finally:
         tmp.cleanup()
 

@@ -23,6 +23,7 @@ from faultday.stack.services.agent.config import Admission, Text
 from faultday.stack.services.agent.resilience import Deadline
 from faultday.stack.services.agent.runtime import Runtime, Unavailable
 from faultday.stack.services.agent.tasks import Task, TaskEngine, TaskRequest
+from faultday.webguard import WebGuard
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,10 @@ class Gate:
             self._cond.notify(1)
 
 
-def build_app(rt: Runtime) -> FastAPI:  # noqa: PLR0915 - every route of the runtime in one place
+def build_app(  # noqa: PLR0915 - every route of the runtime in one place
+    rt: Runtime, *, listen_host: str, allowed_hosts: tuple[str, ...] = ()
+) -> FastAPI:
+    """The runtime's API, listening on ``listen_host``, behind the browser guard."""
     engine = TaskEngine(rt)
     gate = Gate(rt.policy.admission)
 
@@ -273,6 +277,9 @@ def build_app(rt: Runtime) -> FastAPI:  # noqa: PLR0915 - every route of the run
             raise HTTPException(404, f"no task {task_id!r}")
         return JSONResponse(_task_view(task, trace_id))
 
+    # Added last, so outermost (faultday.webguard): a refused request takes no admission
+    # slot, opens no span and reaches no route.
+    app.add_middleware(WebGuard, listen_host=listen_host, allowed_hosts=allowed_hosts)
     return app
 
 
