@@ -12,6 +12,7 @@ from pathlib import Path
 import uvicorn
 
 from faultday.stack.services.tools.server import ToolServer, ToolServerConfig
+from faultday.webguard import allowed_hosts_from_env
 
 
 def _env(name: str, default: str) -> str:
@@ -46,7 +47,8 @@ def main(argv: list[str] | None = None) -> None:
         )
     )
     try:
-        uvicorn.run(server.app(), host=a.host, port=a.port, log_level="warning")
+        app = server.app(listen_host=a.host, allowed_hosts=allowed_hosts_from_env())
+        uvicorn.run(app, host=a.host, port=a.port, log_level="warning")
     finally:
         if own is not None:  # a temp folder it made itself goes with it
             shutil.rmtree(own, ignore_errors=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -34,6 +35,7 @@ from starlette.responses import JSONResponse, Response
 
 from faultday.stack.services.tools.capacity import Capacity, Overloaded, ToolFault
 from faultday.stack.services.tools.db import Store, build_report_db, open_readonly
+from faultday.webguard import WebGuard
 
 log = logging.getLogger(__name__)
 
@@ -269,10 +271,20 @@ class ToolServer:
             self.metrics.capacity.labels(t).set(self.capacity.limiters[t].cap)
         log.info("tool faults now: %s", sorted(self.capacity.faults))
 
-    def app(self) -> Starlette:
+    def app(self, *, listen_host: str, allowed_hosts: tuple[str, ...] = ()) -> Starlette:
+        """The MCP endpoint and the admin routes, behind the browser guard (faultday.webguard)."""
         # Stateless + JSON: each tools/call is one self-contained POST, so a proxy fault or
         # a restart of this server never strands a client on a dead MCP session.
-        return self.mcp.streamable_http_app(stateless_http=True, json_response=True)
+        app = self.mcp.streamable_http_app(
+            stateless_http=True,
+            json_response=True,
+            # The guard checks Host and Origin on every route, /mcp included, and takes
+            # FAULTDAY_ALLOWED_HOSTS; the SDK's own check (loopback names only, on /mcp
+            # only) would refuse the service names peers use in a container.
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        app.add_middleware(WebGuard, listen_host=listen_host, allowed_hosts=allowed_hosts)
+        return app
 
 
 def _eff(cap: Capacity, tool: str) -> dict[str, float | int]:
