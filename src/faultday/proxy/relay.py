@@ -153,6 +153,7 @@ class Connection:
         """The native relay handed this tracked connection back: its new socket objects."""
         self.client, self.upstream = client, upstream
         self.native = False
+        self.links = {k: lk for k, lk in self.links.items() if lk.toxic.active}
         self.up = Direction(self, client, upstream, Stream.UPSTREAM)
         self.down = Direction(self, upstream, client, Stream.DOWNSTREAM)
 
