@@ -262,3 +262,29 @@ def test_populate_refuses_a_name_given_twice(api: httpx.Client, echo: EchoServer
     assert r.status_code == 400
     assert "at proxy 2" in r.json()["error"]
     assert api.get("/proxies").json() == {}
+
+
+# ---- keep-alive, pipelining, half-close ------------------------------------------------------
+def test_pipelined_requests_are_answered_in_order(inproc: ProxyServer, echo: EchoServer) -> None:
+    # POST /proxies awaits (it listens); the toxic after it must wait for it, not overtake it.
+    create = json.dumps({"name": "x", "upstream": echo.addr}).encode()
+    toxic = json.dumps({"type": "latency", "name": "lat"}).encode()
+    stream = (
+        request("POST", "/proxies", create)
+        + request("POST", "/proxies/x/toxics", toxic)
+        + request("GET", "/proxies/x", headers={"Content-Length": "0", "Connection": "close"})
+    )
+    got = responses(raw(inproc, stream))
+    assert [status for status, _, _ in got] == [201, 200, 200]
+    assert [t["name"] for t in json.loads(got[2][2])["toxics"]] == ["lat"]
+    assert len({h["x-toxiproxy-request-id"] for _, h, _ in got}) == 3
+
+
+def test_a_half_closed_client_still_gets_its_answer(inproc: ProxyServer) -> None:
+    with socket.create_connection(("127.0.0.1", inproc.port), timeout=5) as s:
+        s.sendall(request("GET", "/version"))
+        s.shutdown(socket.SHUT_WR)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    assert [status for status, _, _ in responses(out)] == [200]

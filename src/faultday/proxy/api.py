@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -54,6 +55,7 @@ MAX_DEPTH = 64  # JSON nesting; Toxiproxy's bodies are two levels deep
 RESOLVE_TIMEOUT = 5.0
 LINGER_TIMEOUT = 2.0  # after a refusal: how long unread input is drained before closing
 LINGER_BYTES = 4 * MAX_BODY
+MAX_PIPELINED = 64  # requests framed but not answered before reading pauses
 REQUEST_ID_HEADER = "X-Toxiproxy-Request-Id"
 
 M = TypeVar("M", bound=BaseModel)
@@ -99,6 +101,8 @@ _REASONS = {
     500: "Internal Server Error",
 }
 
+
+_STREAMS = frozenset(s.value for s in Stream)
 
 # Toxiproxy's routes under /proxies/{name}: POST and PATCH both update (api.go).
 _METHODS = {
@@ -254,7 +258,9 @@ def decode_body(body: bytes) -> JsonValue:
         raise bad_body(f"JSON nested deeper than {MAX_DEPTH} levels") from exc
     except ValueError as exc:  # JSONDecodeError, NaN/Infinity
         raise bad_body(f"invalid JSON: {exc}") from exc
-    if isinstance(value, dict | list) and _depth(value) > MAX_DEPTH:
+    # Only a body with more brackets than MAX_DEPTH can nest that deep (the walk is not free).
+    deep = body.count(b"[") + body.count(b"{") > MAX_DEPTH
+    if deep and isinstance(value, dict | list) and _depth(value) > MAX_DEPTH:
         raise bad_body(f"JSON nested deeper than {MAX_DEPTH} levels")
     return value
 
@@ -293,6 +299,15 @@ async def same_listen(current: str, wanted: str, *, any_port: bool = False) -> b
     return have == want
 
 
+def _path(target: str) -> list[str]:
+    path = urlsplit(target).path
+    return (
+        [unquote(p) for p in path.split("/") if p]
+        if "%" in path
+        else [p for p in path.split("/") if p]
+    )
+
+
 def _check_hostport(value: str, what: str) -> None:
     try:
         split_hostport(value)
@@ -311,20 +326,138 @@ class _Step:
     sock: socket.socket | None = None  # bound for it before anything changes
 
 
-async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Half-close, then read and drop what the client still sends (bounded), then close.
+# ---- connections ------------------------------------------------------------------------------
+class _ApiConnection(asyncio.Protocol):
+    """One client connection: llhttp framing, answers in order, bounded buffers.
 
-    Closing with unread input makes the kernel send a reset, which can destroy the
-    refusal before the client reads it. Nothing read here is parsed.
+    A protocol rather than streams: a route that acts at once (toxics, reads) is
+    answered inside ``data_received``, with no task switch; the routes that await
+    (listening, resolving) run as a task, and the connection waits for them.
     """
-    with contextlib.suppress(OSError, RuntimeError):
-        if writer.can_write_eof():
-            writer.write_eof()
-    with contextlib.suppress(OSError, TimeoutError):
-        async with asyncio.timeout(LINGER_TIMEOUT):
-            left = LINGER_BYTES
-            while left > 0 and (chunk := await reader.read(65536)):
-                left -= len(chunk)
+
+    def __init__(self, handler: ApiHandler) -> None:
+        self.handler = handler
+        self.framer = _Framer()
+        self.pending: deque[Request] = deque()
+        self.transport: asyncio.Transport | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.writable = True
+        self.paused = False
+        self.eof = False
+        self.done = False  # its last answer is written: closing, or lingering after a refusal
+        self.dropped = 0
+        self.last = time.monotonic()
+        self.timer: asyncio.TimerHandle | None = None
+
+    # ---- asyncio callbacks ----------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.handler.connections.add(self)
+        self._arm(IDLE_TIMEOUT)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.handler.connections.discard(self)
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.task is not None:
+            self.task.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        self.last = time.monotonic()
+        if self.done:  # lingering after a refusal: dropped, never parsed
+            self.dropped += len(data)
+            if self.dropped > LINGER_BYTES:
+                self.abort()
+            return
+        self.framer.feed(data)
+        if self.framer.done:
+            self.pending.extend(self.framer.done)
+            self.framer.done.clear()
+            if len(self.pending) > MAX_PIPELINED and not self.paused and self.transport:
+                self.paused = True
+                self.transport.pause_reading()
+        self._pump()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        busy = bool(self.pending) or self.task is not None
+        return busy and not self.done  # True: stay open to write the pending answers
+
+    def pause_writing(self) -> None:
+        self.writable = False
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        self._pump()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    # ---- answering ----------------------------------------------------------------------------
+    def _pump(self) -> None:
+        while self.pending and self.task is None and self.writable and not self.done:
+            request = self.pending.popleft()
+            reply = self.handler.answer_now(request)
+            if reply is None:
+                self.task = self.handler.server.loop.create_task(self._later(request))
+                return
+            self._reply(request, reply)
+        if self.done or self.task is not None or self.pending or self.transport is None:
+            return
+        if self.framer.refused is not None:
+            self._write(_error(self.framer.refused), close=True)
+            self._linger()
+        elif self.eof:
+            self.done = True
+            self.transport.close()
+        elif self.paused:
+            self.paused = False
+            self.transport.resume_reading()
+
+    async def _later(self, request: Request) -> None:
+        try:
+            reply = await self.handler.answer(request)
+        finally:
+            self.task = None
+        self._reply(request, reply)
+        self._pump()
+
+    def _reply(self, request: Request, reply: Reply) -> None:
+        self._write(reply, close=not request.keep_alive)
+        if not request.keep_alive and self.transport is not None:
+            self.done = True
+            self.transport.close()
+
+    def _write(self, reply: Reply, *, close: bool) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(self.handler.render(reply, close=close))
+
+    def _linger(self) -> None:
+        """Half-close and drop what the client still sends (bounded), then close.
+
+        Closing with unread input makes the kernel send a reset, which can destroy
+        the refusal before the client reads it. Nothing read after it is parsed.
+        """
+        self.done = True
+        if self.transport is not None and self.transport.can_write_eof():
+            self.transport.write_eof()
+        self._arm(LINGER_TIMEOUT)
+
+    # ---- timeouts -----------------------------------------------------------------------------
+    def _arm(self, delay: float) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = self.handler.server.loop.call_later(delay, self._expire)
+
+    def _expire(self) -> None:
+        # One timer per connection, re-armed lazily: data arriving only moves ``last``.
+        idle = time.monotonic() - self.last
+        if self.done or (idle >= IDLE_TIMEOUT and self.task is None):
+            self.abort()
+        else:
+            self._arm(max(IDLE_TIMEOUT - idle, 1.0))
 
 
 # ---- the server ------------------------------------------------------------------------------
@@ -332,51 +465,20 @@ class ApiHandler:
     def __init__(self, server: ProxyServer, *, allowed_hosts: tuple[str, ...] = ()) -> None:
         self.server = server
         self.allowed_hosts = allowed_hosts  # Host names beyond loopback (faultday.webguard)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.connections: set[_ApiConnection] = set()
         self._ids = _RequestIds()
 
+    def connection(self) -> asyncio.Protocol:
+        """The protocol factory for ``loop.create_server``."""
+        return _ApiConnection(self)
+
     async def close(self) -> None:
-        """Cancel open API connections and wait (bounded) until they are gone."""
-        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=2.0)
+        """Drop open API connections (their running requests are cancelled)."""
+        for conn in list(self.connections):
+            conn.abort()
+        await asyncio.sleep(0)  # let connection_lost run
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-        try:
-            await self._serve(reader, writer)
-        except (ConnectionError, TimeoutError, asyncio.CancelledError):
-            pass
-        finally:
-            if task is not None:
-                self._tasks.discard(task)
-            writer.close()
-            with contextlib.suppress(OSError, TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(writer.wait_closed(), 1.0)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        framer = _Framer()
-        while True:
-            async with asyncio.timeout(IDLE_TIMEOUT):
-                data = await reader.read(65536)
-            if not data:
-                return
-            framer.feed(data)
-            done, framer.done = framer.done, []
-            for request in done:
-                await self._send(writer, await self.answer(request), close=not request.keep_alive)
-                if not request.keep_alive:
-                    return
-            if framer.refused is not None:
-                await self._send(writer, _error(framer.refused), close=True)
-                await _linger(reader, writer)
-                return
-
-    async def _send(self, writer: asyncio.StreamWriter, reply: Reply, *, close: bool) -> None:
+    def render(self, reply: Reply, *, close: bool) -> bytes:
         head = (
             f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'Error')}\r\n"
             f"Content-Type: {reply.content_type}\r\n"
@@ -385,12 +487,10 @@ class ApiHandler:
         )
         if close:
             head += "Connection: close\r\n"
-        writer.write(head.encode() + b"\r\n" + reply.body)
-        async with asyncio.timeout(IDLE_TIMEOUT):
-            await writer.drain()
+        return head.encode() + b"\r\n" + reply.body
 
-    async def answer(self, request: Request) -> Reply:
-        """One request's reply (any exception a client can cause is a 4xx/5xx here)."""
+    def answer_now(self, request: Request) -> Reply | None:
+        """The reply, when the route acts at once; None for a route that must await."""
         # Every route creates relays or changes them: all four browser rules, everywhere.
         refusal = check_request(
             request.method,
@@ -400,39 +500,57 @@ class ApiHandler:
         )
         if refusal is not None:
             return _error(ApiError(refusal.status, refusal.message))
-        parts = [unquote(p) for p in urlsplit(request.target).path.split("/") if p]
         try:
-            return await self._route(request.method, parts, request.body)
+            return self._route_now(request.method, _path(request.target), request.body)
         except ApiError as exc:
             return _error(exc)
         except ProxyError as exc:
             return _error(ApiError(500, str(exc)))
 
-    async def _route(  # noqa: PLR0911 - a flat route table reads best
-        self, method: str, parts: list[str], body: bytes
-    ) -> Reply:
+    async def answer(self, request: Request) -> Reply:
+        """One request's reply (any exception a client can cause is a 4xx/5xx here)."""
+        now = self.answer_now(request)
+        if now is not None:
+            return now
+        try:
+            return await self._route_later(request.method, _path(request.target), request.body)
+        except ApiError as exc:
+            return _error(exc)
+        except ProxyError as exc:
+            return _error(ApiError(500, str(exc)))
+
+    def _route_now(self, method: str, parts: list[str], body: bytes) -> Reply | None:
         if parts == ["version"] and method == "GET":
             version: dict[str, JsonValue] = {"version": TOXIPROXY_VERSION, "faultday": __version__}
             return _json(200, version)
         if parts == ["metrics"] and method == "GET":
             return Reply(200, render_metrics(self.server), "text/plain; version=0.0.4")
-        if parts == ["reset"] and method == "POST":
-            return await self._reset()
-        if parts == ["populate"] and method == "POST":
-            return await self._populate(decode_body(body))
+        if parts in (["reset"], ["populate"]) and method == "POST":
+            return None
         if parts == ["proxies"]:
             if method == "GET":
                 return _json(200, {k: p.to_json() for k, p in self.server.proxies.items()})
             if method == "POST":
-                return _json(201, (await self._create(decode_body(body))).to_json())
+                return None
             raise ApiError(405, "method not allowed")
         if len(parts) >= 2 and parts[0] == "proxies":
-            return await self._proxy_route(method, parts[1], parts[2:], body)
+            return self._proxy_route(method, parts[1], parts[2:], body)
         raise ApiError(404, "not found")
 
-    async def _proxy_route(  # noqa: PLR0911 - a flat route table reads best
+    async def _route_later(self, method: str, parts: list[str], body: bytes) -> Reply:
+        """The routes ``_route_now`` left (it has checked method, path and proxy)."""
+        if parts == ["reset"]:
+            return await self._reset()
+        if parts == ["populate"]:
+            return await self._populate(decode_body(body))
+        if parts == ["proxies"]:
+            return _json(201, (await self._create(decode_body(body))).to_json())
+        proxy = self._proxy(parts[1])
+        return _json(200, (await self._update(proxy, decode_body(body))).to_json())
+
+    def _proxy_route(  # noqa: PLR0911 - a flat route table reads best
         self, method: str, name: str, rest: list[str], body: bytes
-    ) -> Reply:
+    ) -> Reply | None:
         shape = "toxic" if len(rest) == 2 and rest[0] == "toxics" else "/".join(rest)
         allowed = _METHODS.get(shape)
         if allowed is None:
@@ -447,7 +565,7 @@ class ApiHandler:
                 proxy.stop()
                 self.server.proxies.pop(proxy.name, None)
                 return Reply(204)
-            return _json(200, (await self._update(proxy, decode_body(body))).to_json())
+            return None  # an update: it may listen and resolve
         if shape == "counters":
             return _json(200, proxy.counters.snapshot(proxy.name).to_json())
         if shape == "toxics":
@@ -605,7 +723,7 @@ class ApiHandler:
     def _add_toxic(self, proxy: Proxy, data: JsonValue) -> Toxic:
         raw = dict(_object(data, "a toxic"))
         stream = raw.get("stream") or Stream.DOWNSTREAM.value
-        if not isinstance(stream, str) or stream.lower() not in tuple(Stream):
+        if not isinstance(stream, str) or stream.lower() not in _STREAMS:
             raise ApiError(400, "stream was invalid, can be either upstream or downstream")
         raw["stream"] = stream.lower()
         if raw.get("type") not in ATTRS:

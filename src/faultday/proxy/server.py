@@ -378,7 +378,7 @@ class ProxyServer:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         handler = ApiHandler(self, allowed_hosts=self.allowed_hosts)
-        server = await asyncio.start_server(handler.handle, self.host, self.port, limit=1 << 20)
+        server = await self._loop.create_server(handler.connection, self.host, self.port)
         self.port = int(server.sockets[0].getsockname()[1])
         self.relay = NativeRelay.start(self._loop, self._handoff, self._native_closed)
         log.info("faultday proxy API listening on %s", self.api_url)
