@@ -115,10 +115,25 @@ def test_bad_content_length_is_a_400_and_closes(inproc: ProxyServer, length: str
     assert json.loads(body)["error"]  # a message, not an empty answer
 
 
-def test_conflicting_content_lengths_are_refused(inproc: ProxyServer) -> None:
-    headers = {"Content-Length": "2", "Content-Length ": "30"}
-    got = responses(raw(inproc, request("POST", "/proxies", b"{}", headers)))
-    assert [status for status, _, _ in got] == [400]
+SMUGGLING = {
+    "two content-lengths": b"Content-Length: 2\r\nContent-Length: 40\r\n\r\n{}",
+    "te and cl": b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    "te not chunked last": b"Transfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n",
+    "space before colon": b"Content-Length : 2\r\n\r\n{}",
+    "folded header": b"X-A: a\r\n b\r\nContent-Length: 2\r\n\r\n{}",
+    "bare lf": b"Content-Length: 2\n\n{}",
+}
+
+
+@pytest.mark.parametrize("tail", SMUGGLING.values(), ids=SMUGGLING.keys())
+def test_ambiguous_framing_is_refused_and_closed(
+    inproc: ProxyServer, api: httpx.Client, echo: EchoServer, tail: bytes
+) -> None:
+    make_proxy(api, "victim", echo.addr)
+    head = b"POST /proxies/victim/toxics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    got = responses(raw(inproc, head + tail + request("DELETE", "/proxies/victim")))
+    assert [(status, h.get("connection")) for status, h, _ in got] == [(400, "close")]
+    assert api.get("/proxies/victim").status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -288,3 +303,19 @@ def test_a_half_closed_client_still_gets_its_answer(inproc: ProxyServer) -> None
         while chunk := s.recv(65536):
             out += chunk
     assert [status for status, _, _ in responses(out)] == [200]
+
+
+def test_expect_100_continue_is_answered(inproc: ProxyServer, echo: EchoServer) -> None:
+    # curl sends a body over 1 KiB only after "100 Continue" (or after waiting a second).
+    body = json.dumps({"name": "x", "upstream": echo.addr}).encode()
+    head = request("POST", "/proxies", headers={"Content-Length": str(len(body))})
+    head = head.replace(b"\r\n\r\n", b"\r\nExpect: 100-continue\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", inproc.port), timeout=5) as s:
+        s.sendall(head)
+        assert s.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        s.sendall(body)
+        s.shutdown(socket.SHUT_WR)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    assert [status for status, _, _ in responses(out)] == [201]

@@ -157,6 +157,7 @@ class _Framer:
 
     done: list[Request] = field(default_factory=list)
     refused: ApiError | None = None
+    expects_continue: bool = False  # curl sends Expect: 100-continue with bodies over 1 KiB
     _url: bytearray = field(default_factory=bytearray)
     _headers: list[tuple[str, str]] = field(default_factory=list)
     _length: str = ""
@@ -207,6 +208,9 @@ class _Framer:
         # llhttp has checked the digits; only the size is left to refuse before reading.
         if self._length.isdigit() and int(self._length) > MAX_BODY:
             self._refuse(f"request body over {MAX_BODY} bytes")
+        self.expects_continue = any(
+            k == "expect" and v.strip().lower() == "100-continue" for k, v in self._headers
+        )
 
     def on_body(self, body: bytes) -> None:
         if len(self._body) + len(body) > MAX_BODY:  # chunked bodies have no length up front
@@ -214,6 +218,7 @@ class _Framer:
         self._body += body
 
     def on_message_complete(self) -> None:
+        self.expects_continue = False
         self.done.append(
             Request(
                 method=self.parser.get_method().decode("latin-1"),
@@ -371,6 +376,11 @@ class _ApiConnection(asyncio.Protocol):
                 self.abort()
             return
         self.framer.feed(data)
+        if self.framer.expects_continue:
+            self.framer.expects_continue = False
+            # Only between answers: a 100 must not come before an earlier request's reply.
+            if not self.pending and self.task is None and self.transport is not None:
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         if self.framer.done:
             self.pending.extend(self.framer.done)
             self.framer.done.clear()
