@@ -39,3 +39,13 @@ def test_bad_config_is_a_usage_error(tmp_path: Path) -> None:
     out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 2
     assert "upstream" in out.stderr
+
+
+def test_config_with_a_bad_listen_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    config = tmp_path / "proxies.json"
+    config.write_text('[{"name": "x", "upstream": "127.0.0.1:1", "listen": "bogus"}]')
+    argv = [sys.executable, "-m", "faultday.proxy", "--port", "0", "--config", str(config)]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    assert out.returncode == 2
+    assert "error: proxy x: 'bogus' is not host:port" in out.stderr
+    assert "Traceback" not in out.stderr

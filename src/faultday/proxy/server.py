@@ -52,7 +52,10 @@ def _connected_now(sock: socket.socket) -> bool:
 
 def bind_listener(listen: str, *, name: str = "") -> socket.socket:
     """A non-blocking socket listening on ``host:port``; ProxyError when it cannot."""
-    host, port = split_hostport(listen)
+    try:
+        host, port = split_hostport(listen)
+    except ValueError as exc:
+        raise ProxyError(f"proxy {name}: {exc}") from exc
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
