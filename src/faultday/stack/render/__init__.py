@@ -24,6 +24,7 @@ from faultday.errors import UsageError
 from faultday.stack.components import ProbeKind
 from faultday.stack.profile import StackProfile
 from faultday.stack.render.embedder_model import CONFIG_PBTXT, MODEL_PY
+from faultday.webguard import ALLOWED_HOSTS_ENV
 
 DRIVERS = ("docker", "k8s")
 TOXIPROXY_IMAGE = "ghcr.io/shopify/toxiproxy:2.9.0"
@@ -31,6 +32,7 @@ TOXIPROXY_API_PORT = 8474
 VLLM_IMAGE = "vllm/vllm-openai:v0.6.3"
 DEFAULT_HF_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 LLM_TYPES = frozenset({"llmsim", "vllm"})
+CLUSTER_DOMAIN = ".svc.cluster.local"
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +279,9 @@ def _k8s(ctx: _Ctx, out: Path) -> list[Path]:
             "ports": [{"name": p.name, "containerPort": p.number} for p in ports],
             "readinessProbe": _probe(ctx, c),
             "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
+            # The harness calls faultday's admin routes by cluster DNS name; their browser
+            # guard accepts only the names listed here (docs/security.md).
+            "env": [{"name": ALLOWED_HOSTS_ENV, "value": CLUSTER_DOMAIN}],
         }
         cmd = ctx.command(c, k8s=True)
         if t in LLM_TYPES:
