@@ -5,14 +5,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULTDAY = [sys.executable, "-m", "faultday.cli"]
+T = TypeVar("T")
 
 
 def faultday(
@@ -28,6 +31,17 @@ def faultday(
 @pytest.fixture
 def repo_root() -> Path:
     return ROOT
+
+
+def wait_for(pred: Callable[[], T | None], timeout: float, what: str, *, every: float = 0.05) -> T:
+    """Poll ``pred`` until it returns something truthy (returned); AssertionError on timeout."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = pred()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def processes_mentioning(text: str) -> list[psutil.Process]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from tests.conftest import FAULTDAY, ROOT, faultday
+from tests.conftest import FAULTDAY, ROOT, faultday, wait_for
 
 from faultday.engine.ledger import LEDGER_NAME, Ledger
 from faultday.engine.marked import marked_pids
@@ -97,16 +97,6 @@ TRIALS = [
 ]
 
 
-def _wait(pred: Callable[[], object], timeout: float, what: str) -> object:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _tmp_entries() -> set[str]:
     return {p.name for p in TMP.iterdir()}
 
@@ -131,12 +121,12 @@ def test_sigkill_then_recover_leaves_nothing(tmp_path: Path, trial: Trial) -> No
         env={**os.environ, "NO_COLOR": "1"},
     )
     try:
-        path = _wait(lambda: next(iter(report.glob(f"*/{LEDGER_NAME}")), None), 60, "a ledger")
-        ledger = Ledger(Path(str(path)))
+        path = wait_for(lambda: next(iter(report.glob(f"*/{LEDGER_NAME}")), None), 60, "a ledger")
+        ledger = Ledger(path)
         if trial.sigterm_first:
-            _wait(lambda: _reverts(5)(ledger), 120, "every fault")
+            wait_for(lambda: _reverts(5)(ledger), 120, "every fault")
             harness.send_signal(signal.SIGTERM)
-        _wait(lambda: trial.ready(ledger), 120, f"phase {trial.phase}")
+        wait_for(lambda: trial.ready(ledger), 120, f"phase {trial.phase}")
         time.sleep(trial.delay)
         assert harness.poll() is None, "the run ended before the kill"
         harness.send_signal(signal.SIGKILL)

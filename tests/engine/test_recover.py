@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from tests.conftest import FAULTDAY, ROOT, faultday, processes_mentioning
+from tests.conftest import FAULTDAY, ROOT, faultday, processes_mentioning, wait_for
 
 from faultday.engine.ledger import Ledger
 from faultday.engine.marked import marked_pids
@@ -20,16 +20,6 @@ from faultday.engine.recover import find_ledgers, recover_run
 from faultday.injectors.base import Revert
 
 DATA = Path(__file__).parent / "data"
-
-
-def _wait(pred, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _start_run(tmp_path: Path, scenario: str) -> tuple[subprocess.Popen[bytes], Path]:
@@ -40,7 +30,9 @@ def _start_run(tmp_path: Path, scenario: str) -> tuple[subprocess.Popen[bytes], 
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    run_dir = _wait(lambda: next(iter(report.glob("*/ledger.jsonl")), None), 30, "a ledger").parent
+    run_dir = wait_for(
+        lambda: next(iter(report.glob("*/ledger.jsonl")), None), 30, "a ledger"
+    ).parent
     return proc, run_dir
 
 
@@ -53,7 +45,7 @@ def _paused_ticker(run_dir: Path) -> psutil.Process:
                 return p
         return None
 
-    return _wait(find, 30, "the ticker to be paused")
+    return wait_for(find, 30, "the ticker to be paused")
 
 
 def _beats(run_dir: Path) -> bool:
@@ -83,7 +75,7 @@ def test_recover_after_sigkill_resumes_the_paused_child(tmp_path: Path) -> None:
         # A second recover stops what the crashed run left running.
         r = faultday("recover", "--report-dir", str(tmp_path / "r"))
         assert r.returncode == 0, r.stderr
-        _wait(lambda: not processes_mentioning(str(run_dir)), 10, "processes to stop")
+        wait_for(lambda: not processes_mentioning(str(run_dir)), 10, "processes to stop")
         assert faultday("recover", str(run_dir)).stdout.strip().endswith("nothing outstanding")
     finally:
         if harness.poll() is None:
@@ -161,7 +153,7 @@ def test_recover_keep_processes_fails_a_restart_it_cannot_do_and_keeps_it_outsta
 ) -> None:
     harness, run_dir = _start_run(tmp_path, "long-kill.scenario.yaml")
     try:
-        _wait(lambda: Ledger.in_dir(run_dir).outstanding_reverts(), 30, "the kill")
+        wait_for(lambda: Ledger.in_dir(run_dir).outstanding_reverts(), 30, "the kill")
         time.sleep(0.3)
         harness.send_signal(signal.SIGKILL)
         harness.wait(10)
@@ -211,8 +203,8 @@ def test_recover_finds_processes_by_marker_when_their_pid_never_reached_the_ledg
     (run_dir / "tmp").mkdir()
     leader = _spawn_marked(ledger, tmp_path)
     try:
-        found = _wait(lambda: marked_pids(ledger.markers()).get(ledger.marker(), []), 10, "pids")
-        _wait(lambda: len(marked_pids(ledger.markers())[ledger.marker()]) == 2, 10, "the child")
+        found = wait_for(lambda: marked_pids(ledger.markers()).get(ledger.marker(), []), 10, "pids")
+        wait_for(lambda: len(marked_pids(ledger.markers())[ledger.marker()]) == 2, 10, "the child")
         assert ledger.outstanding_processes() == []  # nothing recorded by PID
         assert find_ledgers(tmp_path / "r") == [run_dir]
         r = faultday("recover", "--report-dir", str(tmp_path / "r"))

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.conftest import FAULTDAY, ROOT
+from tests.conftest import FAULTDAY, ROOT, wait_for
 
 from faultday.engine.ledger import Ledger
 from faultday.engine.marked import marked_pids
@@ -24,17 +24,8 @@ DATA = Path(__file__).parent / "data"
 SLOW_RESTART_S = 30.0
 
 
-def _wait(pred, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+def _launch(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+    """A real ``faultday run`` of the slow-revert scenario; its run folder once it exists."""
     report = tmp_path / "r"
     proc = subprocess.Popen(
         [*FAULTDAY, "run", str(DATA / "slow-revert.scenario.yaml"), "--report-dir", str(report)],
@@ -44,9 +35,14 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
         text=True,
         env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"},
     )
-    run_dir = _wait(lambda: next(iter(report.glob("*/ledger.jsonl")), None), 30, "a ledger").parent
+    ledger = wait_for(lambda: next(iter(report.glob("*/ledger.jsonl")), None), 30, "a ledger")
+    return proc, ledger.parent
+
+
+def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+    proc, run_dir = _launch(tmp_path)
     # Both faults injected: two reverts on disk, the killed server not yet restarted.
-    _wait(lambda: len(Ledger.in_dir(run_dir).outstanding_reverts()) == 2, 60, "two faults")
+    wait_for(lambda: len(Ledger.in_dir(run_dir).outstanding_reverts()) == 2, 60, "two faults")
     return proc, run_dir
 
 
@@ -78,7 +74,7 @@ def _finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str]:
 def test_a_second_signal_during_the_reverts_does_not_interrupt_them(tmp_path: Path) -> None:
     proc, run_dir = _start(tmp_path)
     proc.send_signal(signal.SIGTERM)
-    _wait(lambda: _reverting(run_dir), 30, "the revert phase")
+    wait_for(lambda: _reverting(run_dir), 30, "the revert phase")
     time.sleep(0.5)  # inside the slow restart now
     proc.send_signal(signal.SIGINT)
     time.sleep(1.0)
@@ -99,7 +95,7 @@ def test_a_third_signal_skips_the_restart_wait_but_still_reverts_everything(
 ) -> None:
     proc, run_dir = _start(tmp_path)
     proc.send_signal(signal.SIGTERM)
-    _wait(lambda: _reverting(run_dir), 30, "the revert phase")
+    wait_for(lambda: _reverting(run_dir), 30, "the revert phase")
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.5)
@@ -117,16 +113,8 @@ def test_a_third_signal_skips_the_restart_wait_but_still_reverts_everything(
 def test_signals_while_the_stack_starts_end_the_start_up_and_exit_3(
     tmp_path: Path, signals: int
 ) -> None:
-    report = tmp_path / "r"
-    proc = subprocess.Popen(
-        [*FAULTDAY, "run", str(DATA / "slow-revert.scenario.yaml"), "--report-dir", str(report)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    run_dir = _wait(lambda: next(iter(report.glob("*/ledger.jsonl")), None), 30, "a ledger").parent
-    _wait(lambda: Ledger.in_dir(run_dir).last_phase() == "stack-up", 30, "stack-up")
+    proc, run_dir = _launch(tmp_path)
+    wait_for(lambda: Ledger.in_dir(run_dir).last_phase() == "stack-up", 30, "stack-up")
     for _ in range(signals):
         proc.send_signal(signal.SIGINT)
         time.sleep(0.2)
