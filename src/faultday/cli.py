@@ -123,8 +123,10 @@ def _target_resolver(base_dir: Path):  # type: ignore[no-untyped-def]
 
 
 def _print_problems(exc: ScenarioError) -> None:
+    from rich.markup import escape  # a user's key or value may read "[/x]": text, not markup
+
     for p in exc.problems:
-        console.print(f"[bold red]error[/] {p}", soft_wrap=True)
+        console.print(f"[bold red]error[/] {escape(str(p))}", soft_wrap=True)
 
 
 @app.command()

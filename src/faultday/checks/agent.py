@@ -11,7 +11,14 @@ import httpx
 from pydantic import BaseModel, Field
 
 from faultday.checks.base import Check, CheckContext, CheckResult, Verdict, Window
-from faultday.checks.common import Bounds, Params, Pct, counter_increase, insufficient, judged
+from faultday.checks.common import (
+    Params,
+    Pct,
+    ShareBounds,
+    counter_increase,
+    insufficient,
+    judged,
+)
 from faultday.checks.metrics import _Count
 
 log = logging.getLogger(__name__)
@@ -189,7 +196,7 @@ class DuplicateSideEffects(Check):
 # ---------------------------------------------------------------- recall
 
 
-class RecallParams(Bounds):
+class RecallParams(ShareBounds):
     k: int = Field(default=3, ge=1, le=100)
     vector: str = Field(
         default="qdrant", description="the vector store component (GET /admin/golden)"

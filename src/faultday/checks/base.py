@@ -121,7 +121,8 @@ class Check(ABC):
 
 
 class CheckParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No NaN or infinity (YAML's .nan/.inf, or a number too large for a float).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def check_registry() -> Registry[Check]:

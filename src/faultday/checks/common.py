@@ -32,6 +32,13 @@ class Bounds(Params):
         return self
 
 
+class ShareBounds(Bounds):
+    """Bounds on a share (of requests, of queries): each in [0, 1], 0.05 = 5%."""
+
+    min_: float | None = Field(default=None, alias="min", ge=0, le=1, description="share, 0-1")
+    max_: float | None = Field(default=None, alias="max", ge=0, le=1, description="share, 0-1")
+
+
 def within(value: float, lo: float | None, hi: float | None) -> bool:
     return (lo is None or value >= lo) and (hi is None or value <= hi)
 

@@ -14,6 +14,7 @@ from faultday.checks.common import (
     Pct,
     Rate,
     Secs,
+    ShareBounds,
     counter_increase,
     insufficient,
     judged,
@@ -28,7 +29,7 @@ from faultday.scenario.types import Duration
 # ---------------------------------------------------------------- error_rate
 
 
-class ErrorRateParams(Bounds):
+class ErrorRateParams(ShareBounds):
     request: str | None = Field(default=None, description="only requests whose name matches (glob)")
     min_samples: int = Field(default=10, ge=1)
 
@@ -289,7 +290,7 @@ def _meets(r: RequestRecord, p: GoodputParams) -> bool:
 # ---------------------------------------------------------------- fallback_rate, degraded_reason
 
 
-class FallbackRateParams(Bounds):
+class FallbackRateParams(ShareBounds):
     reasons: tuple[str, ...] = Field(
         default=("*",), description="degraded reasons that are fallbacks (globs)"
     )
@@ -333,7 +334,7 @@ class FallbackRate(Check):
         )
 
 
-class DegradedReasonParams(Bounds):
+class DegradedReasonParams(ShareBounds):
     reason: str = Field(description="a degraded reason, or a glob such as 'tool_*'")
     request: str | None = None
     min_samples: int = Field(default=10, ge=1)

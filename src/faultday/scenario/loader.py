@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,8 +13,8 @@ from faultday.checks.base import Check, check_registry
 from faultday.errors import FaultdayError, Problem, ScenarioError
 from faultday.injectors.base import Injector, TargetKind, injector_registry
 from faultday.plugins import Registry, did_you_mean
-from faultday.scenario.models import CheckSpec, Fault, Scenario
-from faultday.yamlpos import Document, PathKey, parse_file, validation_problems
+from faultday.scenario.models import MAX_CHECKS, MAX_FAULTS, MAX_PATH, CheckSpec, Fault, Scenario
+from faultday.yamlpos import Document, PathKey, parse_file, printable, validation_problems
 
 SUFFIX = ".scenario.yaml"
 EDGE_ARROW = "->"
@@ -49,13 +50,18 @@ def find_scenarios(paths: Iterable[Path]) -> list[Path]:
     return out
 
 
+@functools.cache
+def _registries() -> tuple[Registry[Injector], Registry[Check]]:
+    # Reading the entry points takes some 13 ms a registry: once a process, not once a file.
+    return injector_registry(), check_registry()
+
+
 class _Validator:
     def __init__(self, doc: Document, resolve_targets: TargetResolver | None) -> None:
         self.doc = doc
         self.resolve_targets = resolve_targets
         self.problems: list[Problem] = []
-        self.injectors: Registry[Injector] = injector_registry()
-        self.checks: Registry[Check] = check_registry()
+        self.injectors, self.checks = _registries()
         self.one_shot: set[str] = set()
         self.fault_names: set[str] = set()
         self._target_cache: dict[str, TargetTable | None] = {}
@@ -88,6 +94,8 @@ class _Validator:
             items = spec.get(section)
             if not isinstance(items, list):
                 continue
+            if len(items) > MAX_CHECKS:
+                continue  # reported by the whole-model pass; judging each would take long
             for i, raw in enumerate(items):
                 self._check_item(("spec", section, i), raw, section, faults)
         if duration is not None and faults and spec.get("steady_state"):
@@ -105,6 +113,8 @@ class _Validator:
     def _targets(self, stack: object) -> TargetTable | None:
         if self.resolve_targets is None or not isinstance(stack, str):
             return None
+        if not stack or len(stack) > MAX_PATH or "\0" in stack:
+            return None  # not a name or a path; the model says so, and no file is opened
         if stack not in self._target_cache:
             self._target_cache[stack] = self._resolve(stack)
         return self._target_cache[stack]
@@ -115,20 +125,34 @@ class _Validator:
             return self.resolve_targets(stack_ref(stack, Path(self.doc.file)))
         except ScenarioError as exc:
             for p in exc.problems:
-                if Path(p.file).is_file():
+                if _is_file(p.file):
                     self.problems.append(p)  # a problem inside the profile file itself
                 elif p.message == "no such file":
-                    self.add(("spec", "stack"), f"no stack profile at {p.file}")
+                    self.add(("spec", "stack"), f"no stack profile at {printable(p.file)}")
+                elif p.message.startswith(("not a regular file", "cannot read", "the file is")):
+                    self.add(
+                        ("spec", "stack"), f"the stack profile {printable(p.file)}: {p.message}"
+                    )
                 else:
                     self.add(("spec", "stack"), p.message)
         except FaultdayError as exc:
             self.add(("spec", "stack"), str(exc))
+        except (OSError, ValueError) as exc:  # a name too long for the file system, a NUL
+            why = exc.strerror if isinstance(exc, OSError) else str(exc)
+            self.add(("spec", "stack"), f"no stack profile can be read there: {why}")
         return None
 
     def _faults(self, raw: object, duration: float | None, stack: object) -> dict[str, Fault]:
         faults: dict[str, Fault] = {}
         one_shot_names = self.one_shot
         if not isinstance(raw, list):
+            return faults
+        if len(raw) > MAX_FAULTS:  # reported by the whole-model pass
+            self.fault_names.update(
+                item["name"]
+                for item in raw
+                if isinstance(item, dict) and isinstance(item.get("name"), str)
+            )
             return faults
         targets = self._targets(stack) if raw else None
         for i, item in enumerate(raw):
@@ -270,6 +294,13 @@ def load_scenario(path: Path, *, resolve_targets: TargetResolver | None = None) 
     if problems or scenario is None:
         raise ScenarioError(problems or [doc.problem((), "invalid scenario")])
     return LoadedScenario(scenario=scenario, file=path, document=doc)
+
+
+def _is_file(name: str) -> bool:
+    try:
+        return Path(name).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _unique(problems: list[Problem]) -> list[Problem]:

@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
 
-from faultday.scenario.types import Duration
+from faultday.scenario.types import Bool, Duration, Int, Number, duration_at_least, whole
 
 API_VERSION = "faultday/v1"
-NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
+# (?!\n): Python's "$" also matches before a final newline, ECMA's (editors) does not.
+NAME_PATTERN = r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?!\n)$"
+
+# Bounds that keep a run (and its validation) finite; docs/scenarios.md lists them.
+MAX_FAULTS = 50
+MAX_CHECKS = 50  # in each of steady_state, expect and abort
+MAX_TAGS = 64
+MAX_TEXT = 10_000  # a description
+MAX_LINE = 1_000  # a title, a tag, a name that is not a slug, a reference
+MAX_PATH = 4_096  # a stack profile path (PATH_MAX)
+MAX_USERS = 10_000
+MIN_SAMPLE_INTERVAL = "250ms"
+
+Line = Annotated[str, StringConstraints(max_length=MAX_LINE)]
 
 # Keys of a check item that place it in time; every other key is the check's own
 # parameter, validated against that check's Params model by the loader.
@@ -18,7 +31,16 @@ CHECK_RESERVED_KEYS = frozenset({"check", "during", "after", "anytime", "for", "
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # No NaN or infinity: YAML writes them (.nan, .inf) and so does a number too
+    # large for a float; either would make a run's arithmetic meaningless.
+    # Patterns run on Python's re, as in the jsonschema package: one dialect, one verdict.
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        allow_inf_nan=False,
+        regex_engine="python-re",
+    )
 
 
 class Severity(StrEnum):
@@ -31,16 +53,22 @@ class Severity(StrEnum):
 class NaiveExpectation(Strict):
     """What this scenario catches when the stack runs the ``naive`` resilience policy."""
 
-    fails: tuple[str, ...] = Field(min_length=1, description="checks that must fail under naive")
-    because: str = Field(min_length=1, description="the stated reason, shown in reports")
+    fails: tuple[Line, ...] = Field(
+        min_length=1, max_length=MAX_CHECKS, description="checks that must fail under naive"
+    )
+    because: str = Field(
+        min_length=1, max_length=MAX_TEXT, description="the stated reason, shown in reports"
+    )
 
 
 class Metadata(Strict):
     name: str = Field(pattern=NAME_PATTERN, max_length=63, description="lower-case slug, unique")
-    title: str = ""
-    description: str = ""
-    tags: tuple[str, ...] = ()
-    runbook: str | None = Field(default=None, description="runbooks/<name>.md.j2")
+    title: str = Field(default="", max_length=MAX_LINE)
+    description: str = Field(default="", max_length=MAX_TEXT)
+    tags: tuple[Line, ...] = Field(default=(), max_length=MAX_TAGS)
+    runbook: str | None = Field(
+        default=None, max_length=MAX_LINE, description="runbooks/<name>.md.j2"
+    )
     severity: Severity = Severity.SEV3
     naive: NaiveExpectation | None = Field(
         default=None, description="set when the naive policy must make this scenario fail"
@@ -70,33 +98,47 @@ class HttpMethod(StrEnum):
 
 class LoadSpec(Strict):
     workload: Workload = Field(default=Workload.CHAT, description="what the simulated users do")
-    target: str = Field(default="agent", description="the component the load is sent to")
-    path: str = Field(default="/health", description="http workload: the path requested")
+    target: str = Field(
+        default="agent", max_length=MAX_LINE, description="the component the load is sent to"
+    )
+    path: str = Field(
+        default="/health", max_length=MAX_PATH, description="http workload: the path requested"
+    )
     method: HttpMethod = Field(default=HttpMethod.GET, description="http workload: the method")
     body: JsonValue = Field(default=None, description="http workload: a JSON body to POST")
-    stream: bool = Field(default=False, description="http workload: read the answer as SSE")
+    stream: Bool = Field(default=False, description="http workload: read the answer as SSE")
     think_time: Duration = Field(default=0.0, description="pause between a user's requests")
-    users: int = Field(default=8, ge=0, le=10_000)
-    spawn_rate: float = Field(default=8.0, gt=0)
+    users: Int = Field(default=8, ge=0, le=MAX_USERS)
+    spawn_rate: Number = Field(
+        default=8.0, gt=0, le=MAX_USERS, description="users started a second"
+    )
     shape: LoadShape = LoadShape.CONSTANT
-    workers: int = Field(default=0, ge=0, le=64, description="Locust worker processes; 0 = local")
-    step_users: int | None = Field(default=None, ge=1, description="users added per step (step)")
+    workers: Int = Field(default=0, ge=0, le=64, description="Locust worker processes; 0 = local")
+    step_users: whole(ge=1, le=MAX_USERS) | None = Field(  # type: ignore[valid-type]
+        default=None, description="users added per step (step)"
+    )
     step_every: Duration | None = Field(default=None, description="time between steps (step)")
-    spike_users: int | None = Field(default=None, ge=1, description="peak users (spike)")
+    spike_users: whole(ge=1, le=MAX_USERS) | None = Field(  # type: ignore[valid-type]
+        default=None, description="peak users (spike)"
+    )
     spike_at: Duration | None = None
     spike_duration: Duration | None = None
-    max_requests: int | None = Field(default=None, ge=1, description="hard cap on requests sent")
-    sample_interval: Duration = Field(default=1.0, description="time-series resolution, >= 250ms")
+    max_requests: whole(ge=1) | None = Field(  # type: ignore[valid-type]
+        default=None, description="hard cap on requests sent"
+    )
+    sample_interval: duration_at_least(MIN_SAMPLE_INTERVAL) = Field(  # type: ignore[valid-type]
+        default=1.0, description=f"time-series resolution, >= {MIN_SAMPLE_INTERVAL}"
+    )
 
 
 class CheckSpec(Strict):
     """One assertion. ``params`` holds the check's own keys, validated per check."""
 
-    check: str
-    name: str | None = None
-    during: str | None = Field(default=None, description="a fault name: its window")
-    after: str | None = Field(default=None, description="a fault name: from its end to run end")
-    anytime: bool = Field(default=False, description="the whole run")
+    check: Line
+    name: Line | None = None
+    during: Line | None = Field(default=None, description="a fault name: its window")
+    after: Line | None = Field(default=None, description="a fault name: from its end to run end")
+    anytime: Bool = Field(default=False, description="the whole run")
     for_: Duration | None = Field(default=None, alias="for", description="abort: sustained for")
     params: dict[str, JsonValue] = Field(default_factory=dict)
 
@@ -132,8 +174,8 @@ class CheckSpec(Strict):
 
 class Fault(Strict):
     name: str = Field(pattern=NAME_PATTERN, max_length=63)
-    inject: str = Field(description="injector short name, e.g. latency, gpu_loss, process_pause")
-    target: str = Field(description="a component (llm-primary) or an edge (agent->qdrant)")
+    inject: Line = Field(description="injector short name, e.g. latency, gpu_loss, process_pause")
+    target: Line = Field(description="a component (llm-primary) or an edge (agent->qdrant)")
     at: Duration = Field(description="start, from the end of warm-up")
     duration: Duration | None = Field(default=None, description="omit for one-shot faults")
     with_: dict[str, JsonValue] = Field(default_factory=dict, alias="with")
@@ -144,18 +186,23 @@ class Fault(Strict):
 
 
 class ScenarioSpec(Strict):
-    stack: str = Field(default="local", description="stack/<name>.yaml, or a path")
-    policy: str | None = Field(default=None, description="agent resilience profile, e.g. naive")
+    stack: str = Field(
+        default="local",
+        min_length=1,
+        max_length=MAX_PATH,
+        description="stack/<name>.yaml, or a path",
+    )
+    policy: Line | None = Field(default=None, description="agent resilience profile, e.g. naive")
     duration: Duration
     warmup: Duration = Field(default=5.0, description="load before t=0; not checked")
     recovery: Duration = Field(
         default=10.0, description="time after the last fault before steady state is checked again"
     )
     load: LoadSpec = Field(default_factory=LoadSpec)
-    steady_state: tuple[CheckSpec, ...] = ()
-    faults: tuple[Fault, ...] = ()
-    expect: tuple[CheckSpec, ...] = ()
-    abort: tuple[CheckSpec, ...] = ()
+    steady_state: tuple[CheckSpec, ...] = Field(default=(), max_length=MAX_CHECKS)
+    faults: tuple[Fault, ...] = Field(default=(), max_length=MAX_FAULTS)
+    expect: tuple[CheckSpec, ...] = Field(default=(), max_length=MAX_CHECKS)
+    abort: tuple[CheckSpec, ...] = Field(default=(), max_length=MAX_CHECKS)
 
 
 class Scenario(Strict):

@@ -4,29 +4,95 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
+from pydantic import BeforeValidator, Field, PlainSerializer, Strict, WithJsonSchema
 
-from faultday.durations import format_duration, parse_duration
+from faultday.durations import (
+    MAX_CHARS,
+    PATTERN,
+    exact_seconds,
+    format_duration,
+    parse_duration,
+    pattern_at_least,
+    shown,
+)
 
 
 def _to_seconds(value: Any) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
         # Bare numbers are ambiguous (seconds? ms?); the format asks for units.
-        msg = f"{value!r} has no unit; write it as e.g. '{value}s' or '{value}ms'"
+        v = shown(value)
+        if len(v) > 20:
+            msg = f"{v} has no unit; write a number with a unit, e.g. '30s' or '250ms'"
+        else:
+            msg = f"{v} has no unit; write it as e.g. '{v}s' or '{v}ms'"
         raise ValueError(msg)  # noqa: TRY004 - pydantic reports ValueError, not TypeError
     return parse_duration(value)
+
+
+def _a_number(value: Any) -> Any:
+    # JSON Schema's "integer" takes 5 and 5.0 and never "5" or true; pydantic's lax int
+    # takes all four. Refuse text and booleans first so the loader and the schema agree.
+    if isinstance(value, str | bool):
+        raise ValueError(f"expected a whole number, not {shown(value)}")  # noqa: TRY004
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_a_number)]
+"""A whole number: 5 or 5.0, never "5" or true."""
+
+
+def whole(*, ge: int | None = None, le: int | None = None) -> Any:
+    """An Int with bounds (``ge``, ``le``…) that stay in the JSON Schema inside ``X | None``.
+
+    On ``Int | None = Field(ge=1)`` pydantic writes "ge" beside the union, a key no JSON
+    Schema validator reads; bounds placed before the validator become "minimum".
+    """
+    return Annotated[int, Field(ge=ge, le=le), BeforeValidator(_a_number)]
+
+
+Number = Annotated[float, Strict()]
+"""A number: 5 or 0.5, never "0.5" or true."""
+Bool = Annotated[bool, Strict()]
+"""true or false, never "yes" or 1."""
+
+
+def _schema(pattern: str, description: str) -> dict[str, Any]:
+    return {
+        "type": "string",
+        "pattern": pattern,
+        "maxLength": MAX_CHARS,
+        "description": description,
+    }
 
 
 Duration = Annotated[
     float,
     BeforeValidator(_to_seconds),
     PlainSerializer(format_duration, return_type=str),
-    WithJsonSchema(
-        {
-            "type": "string",
-            "pattern": r"^\s*\d+(\.\d+)?\s*(us|ms|s|m|h)\s*$",
-            "description": "a duration with a unit: 250ms, 30s, 2m",
-        }
-    ),
+    WithJsonSchema(_schema(PATTERN, "a duration with a unit: 250ms, 30s, 2m")),
 ]
 """Seconds in Python; a string with a unit in YAML, JSON and the schema."""
+
+
+def duration_at_least(minimum: str) -> Any:
+    """A Duration that must be >= ``minimum`` (e.g. ``"250ms"``), in the model and the schema.
+
+    The comparison is exact (fractions, not floats), so the loader and the
+    schema's pattern agree at the boundary too.
+    """
+    floor = exact_seconds(minimum)
+
+    def at_least(value: Any) -> float:
+        seconds = _to_seconds(value)
+        if exact_seconds(value) < floor:
+            raise ValueError(f"{shown(value)} is too short: the minimum is {minimum}")
+        return seconds
+
+    return Annotated[
+        float,
+        BeforeValidator(at_least),
+        PlainSerializer(format_duration, return_type=str),
+        WithJsonSchema(
+            _schema(pattern_at_least(floor), f"a duration with a unit, at least {minimum}")
+        ),
+    ]
