@@ -285,8 +285,8 @@ static void close_conn(struct fr_relay *r, struct fr_conn *c) {
 static int may_read(const struct fr_dir *d) {
     if (d->eof)
         return 0;
-    if (d->tox.on)
-        return d->count < RING && !d->stalled;
+    if (d->tox.on) /* dst full: what waits in the socket would only make smaller chunks */
+        return d->count < RING && !d->stalled && !d->wblocked;
     return d->in_pipe == 0;
 }
 
@@ -391,14 +391,20 @@ static void push_chunk(struct fr_relay *r, struct fr_dir *dir, int64_t n, int64_
     dir->count++;
 }
 
-/* Pass on every chunk of a timed direction that is due at `now`. */
+/* Pass on every chunk of a timed direction that is due at `now`, in one splice. */
 static void flush_timed(struct fr_relay *r, struct fr_conn *c, int d, int64_t now) {
     struct fr_dir *dir = &c->dir[d];
     while (dir->count > 0) {
-        struct fr_chunk *ch = &dir->ring[dir->head];
-        if (ch->due > now)
+        int64_t due_bytes = 0;
+        for (int i = 0; i < dir->count; i++) {
+            const struct fr_chunk *ch = &dir->ring[(dir->head + i) % RING];
+            if (ch->due > now)
+                break;
+            due_bytes += ch->n;
+        }
+        if (due_bytes == 0)
             break;
-        ssize_t m = splice(dir->pipe_r, NULL, dir->dst, NULL, (size_t)ch->n, SPLICE_FLAGS);
+        ssize_t m = splice(dir->pipe_r, NULL, dir->dst, NULL, (size_t)due_bytes, SPLICE_FLAGS);
         if (m < 0) {
             if (errno == EAGAIN) {
                 dir->wblocked = 1;
@@ -417,10 +423,15 @@ static void flush_timed(struct fr_relay *r, struct fr_conn *c, int d, int64_t no
         dir->stalled = 0; /* the pipe has room again */
         dir->in_pipe -= m;
         c->counters[2 * d + 1] += (uint64_t)m;
-        ch->n -= m;
-        if (ch->n == 0) {
-            dir->head = (dir->head + 1) % RING;
-            dir->count--;
+        while (m > 0) { /* the chunks that left, the last one maybe in part */
+            struct fr_chunk *ch = &dir->ring[dir->head];
+            int64_t took = ch->n < m ? ch->n : m;
+            ch->n -= took;
+            m -= took;
+            if (ch->n == 0) {
+                dir->head = (dir->head + 1) % RING;
+                dir->count--;
+            }
         }
     }
     dir->wblocked = 0;
