@@ -600,7 +600,10 @@ def _measure_toxic_path(api: Api, echo_p: int, source_p: int, quick: bool) -> di
                 echo_p, conns=64, seconds=1.5 if quick else 3.0
             )
             cap = BULK_CAP_S / (4 if quick else 1)
-            res[f"tp_{case}_down_mbps"] = bulk(source_p, size=size, upstream=False, cap=cap) * 1e3
+            # Best of two, as the bulk rows: one slow transfer is the machine, not the proxy.
+            res[f"tp_{case}_down_mbps"] = 1e3 * max(
+                bulk(source_p, size=size, upstream=False, cap=cap) for _ in range(2)
+            )
         finally:
             for proxy in proxies:
                 api.remove(proxy, "tp")
