@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from faultday.stack.tmpdirs import held_tmp_dirs, remove_tmp_dirs
+from faultday.stack.tmpdirs import held_tmp_dirs, left_near, remove_tmp_dirs
 
 
 def _proc(proc: Path, pid: int, *argv: str) -> None:
@@ -42,3 +42,21 @@ def test_a_python_env_that_filled_up_meanwhile_is_left_alone(tmp_path: Path) -> 
     (env / "x").write_text("someone's")
     assert remove_tmp_dirs({env}) == []
     assert env.exists()
+
+
+def test_a_model_folder_no_stub_named_yet_is_found_near_the_servers_start(tmp_path: Path) -> None:
+    proc, tmp = tmp_path / "proc", tmp_path / "tmp"
+    proc.mkdir()
+    tmp.mkdir()
+    mine, named = tmp / "folderMine01", tmp / "folderOther1"
+    for f in (mine, named):
+        f.mkdir()
+        (f / "config.pbtxt").write_text("name: 'embedder'")
+    env = tmp / "python_env_Mine01"
+    env.mkdir()
+    # Another server's stub names its folder: never claimed, however near in time.
+    _proc(proc, 77, "/ws/backends/python/triton_python_backend_stub", f"{named}/1/model.py")
+    start = mine.stat().st_ctime
+    assert left_near([start], proc=proc, tmp=tmp) == {mine, env}
+    # Long after the start, nothing is claimed.
+    assert left_near([start - 3600], proc=proc, tmp=tmp) == set()

@@ -31,7 +31,7 @@ from faultday.errors import StackError
 from faultday.stack import shm
 from faultday.stack.components import ProbeKind
 from faultday.stack.profile import ProbeSpec, RestartPolicy, RestartSpec
-from faultday.stack.tmpdirs import held_tmp_dirs, remove_tmp_dirs
+from faultday.stack.tmpdirs import held_tmp_dirs, left_near, remove_tmp_dirs, triton_starts
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,7 @@ MONITOR_INTERVAL = 0.1
 HEALTHY_RESET_S = 30.0
 SEGMENT_SCAN_S = 2.0  # how often the monitor notes the shared memory of components that use it
 STATUS_LINE_MAX = 1024
+MARKED_ROUNDS = 3  # looks for marked processes: one spawned while the others stopped is caught
 
 
 class ProcState(StrEnum):
@@ -595,6 +596,7 @@ def stop_recorded_processes(ledger: Ledger, *, grace: float = 3.0) -> list[str]:
     todo: list[ProcessRecord] = []
     segments: dict[int, set[str]] = {}
     tmp_dirs: dict[int, set[Path]] = {}
+    starts: dict[int, list[float]] = {}
     for rec in ledger.outstanding_processes():
         try:
             p = psutil.Process(rec.pid)
@@ -621,6 +623,7 @@ def stop_recorded_processes(ledger: Ledger, *, grace: float = 3.0) -> list[str]:
         pids = group_pids(rec.pgid)
         segments[rec.pid] = shm.held_segments(pids)
         tmp_dirs[rec.pid] = held_tmp_dirs(pids)
+        starts[rec.pid] = triton_starts(pids)
         _signal_group(rec.pgid, signal.SIGTERM)
         _signal_group(rec.pgid, signal.SIGCONT)
         todo.append(rec)
@@ -638,7 +641,8 @@ def stop_recorded_processes(ledger: Ledger, *, grace: float = 3.0) -> list[str]:
                 _reap_child(rec.pid)
                 time.sleep(0.02)
         gone = _removed_segments(segments.get(rec.pid, set()) | shm.leader_segments(rec.pid))
-        gone += _removed_dirs(tmp_dirs.get(rec.pid, set()))
+        # Once it is gone: a server killed mid-start leaves a folder no stub named yet.
+        gone += _removed_dirs(left_near(starts.get(rec.pid, []), tmp_dirs.get(rec.pid, set())))
         messages.append(f"{rec.component} pid={rec.pid}: {how}{gone}")
         ledger.process_stopped(rec.pid)
     return messages
@@ -663,16 +667,41 @@ def stop_marked_processes(ledger: Ledger, *, grace: float = 3.0) -> MarkedStop:
     pids = sorted({p for found in marked_pids(ledger.markers()).values() for p in found})
     if not pids:
         return MarkedStop([])
+    segments: set[str] = set()
+    dirs: set[Path] = set()
+    starts: list[float] = []
+    messages: list[str] = []
+    stopped = failed = 0
+    # A process being started as the others get their signal (PyTriton launching
+    # tritonserver) is not in the first list: look again, a bounded number of times.
+    for _ in range(MARKED_ROUNDS):
+        if not pids:
+            break
+        segments |= shm.held_segments(pids)
+        for pid in pids:
+            segments |= shm.leader_segments(pid)
+        dirs |= held_tmp_dirs(pids)
+        starts += triton_starts(pids)
+        lines, still = _stop_pids(pids, grace)
+        messages += lines
+        stopped, failed = stopped + len(pids) - len(still), len(still)
+        pids = sorted(
+            {p for found in marked_pids(ledger.markers()).values() for p in found} - set(still)
+        )
+    # What a server killed mid-start made but no command line named yet.
+    tail = _removed_segments(segments) + _removed_dirs(dirs | left_near(starts))
+    if tail:
+        messages.append(f"left by them{tail}")
+    return MarkedStop(messages, stopped=stopped, failed=failed)
+
+
+def _stop_pids(pids: list[int], grace: float) -> tuple[list[str], list[int]]:
+    """SIGTERM (SIGCONT for paused ones), SIGKILL after ``grace``; one message each."""
     names = {pid: _describe(pid) for pid in pids}
-    segments = shm.held_segments(pids)
-    for pid in pids:
-        segments |= shm.leader_segments(pid)
-    dirs = held_tmp_dirs(pids)
     for pid in pids:
         _signal_pid_or_group(pid, signal.SIGTERM)
         _signal_pid_or_group(pid, signal.SIGCONT)
-    deadline = time.monotonic() + grace
-    left = _wait_gone(pids, deadline)
+    left = _wait_gone(pids, time.monotonic() + grace)
     for pid in left:
         _signal_pid_or_group(pid, signal.SIGKILL)
     still = _wait_gone(left, time.monotonic() + 2.0)
@@ -682,10 +711,7 @@ def stop_marked_processes(ledger: Ledger, *, grace: float = 3.0) -> MarkedStop:
         if pid in still:
             how = "could NOT be stopped"
         messages.append(f"{names[pid]} pid={pid}: {how} (found by the run's marker)")
-    tail = _removed_segments(segments) + _removed_dirs(dirs)
-    if tail:
-        messages.append(f"left by them{tail}")
-    return MarkedStop(messages, stopped=len(pids) - len(still), failed=len(still))
+    return messages, still
 
 
 def _describe(pid: int) -> str:

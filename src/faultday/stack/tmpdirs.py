@@ -35,20 +35,71 @@ START_WINDOW_S = 60.0  # … or, without a stub yet, of tritonserver's start
 
 def held_tmp_dirs(pids: Iterable[int], *, proc: Path = PROC, tmp: Path = TMP) -> set[Path]:
     """Triton's /tmp folders that belong to these processes (see the module docstring)."""
+    pids = list(pids)
     folders: set[Path] = set()
-    starts: list[float] = []
+    for pid in pids:
+        folders |= {d for a in _cmdline(proc / str(pid)) if (d := _folder_of(a, tmp)) is not None}
+    return left_near(triton_starts(pids, proc=proc), folders, proc=proc, tmp=tmp)
+
+
+def triton_starts(pids: Iterable[int], *, proc: Path = PROC) -> list[float]:
+    """When the tritonserver processes among ``pids`` started (to find their folders later)."""
+    starts = []
     for pid in pids:
         argv = _cmdline(proc / str(pid))
-        folders |= {d for a in argv if (d := _folder_of(a, tmp)) is not None}
         if argv and Path(argv[0]).name == "tritonserver":
             try:
                 starts.append(psutil.Process(pid).create_time())
             except psutil.Error:
                 continue
-    anchors = [(_ctime(f), ENV_WINDOW_S) for f in folders if f.is_dir()]
+    return starts
+
+
+def left_near(
+    starts: Iterable[float], known: Iterable[Path] = (), *, proc: Path = PROC, tmp: Path = TMP
+) -> set[Path]:
+    """The ``known`` folders, plus what tritonserver processes started at ``starts`` made.
+
+    Also usable once they are gone: a server killed between copying its model folder
+    and starting the stub leaves a folder no command line names. A model folder made
+    within ``START_WINDOW_S`` of a start and named by no live process counts as its.
+    """
+    starts = list(starts)
+    folders = {f for f in known if f.is_dir()}
+    if starts:
+        named = _named_folders(proc, tmp)
+        folders |= {
+            f
+            for f in _entries(tmp, _FOLDER)
+            if f not in named and (f / "config.pbtxt").is_file() and _near(_ctime(f), starts)
+        }
+    anchors = [(_ctime(f), ENV_WINDOW_S) for f in folders]
     if not anchors:
         anchors = [(t, START_WINDOW_S) for t in starts]
-    return {f for f in folders if f.is_dir()} | _python_envs(anchors, tmp)
+    return folders | _python_envs(anchors, tmp)
+
+
+def _near(t: float, starts: list[float]) -> bool:
+    return any(s - 1.0 <= t <= s + START_WINDOW_S for s in starts)
+
+
+def _named_folders(proc: Path, tmp: Path) -> set[Path]:
+    """Model folders a live process names on its command line (another server's)."""
+    named: set[Path] = set()
+    try:
+        pids = [e for e in proc.iterdir() if e.name.isdigit()]
+    except OSError:
+        return named
+    for pid_dir in pids:
+        named |= {d for a in _cmdline(pid_dir) if (d := _folder_of(a, tmp)) is not None}
+    return named
+
+
+def _entries(tmp: Path, prefix: str) -> list[Path]:
+    try:
+        return [p for p in tmp.iterdir() if p.name.startswith(prefix) and p.is_dir()]
+    except OSError:
+        return []
 
 
 def remove_tmp_dirs(dirs: Iterable[Path]) -> list[str]:
@@ -94,15 +145,9 @@ def _ctime(path: Path) -> float:
 
 
 def _python_envs(anchors: list[tuple[float, float]], tmp: Path) -> set[Path]:
-    if not anchors:
-        return set()
-    try:
-        candidates = [p for p in tmp.iterdir() if p.name.startswith(_PY_ENV)]
-    except OSError:
-        return set()
     out = set()
-    for p in candidates:
+    for p in _entries(tmp, _PY_ENV) if anchors else []:
         t = _ctime(p)
-        if any(a - 1.0 <= t <= a + w for a, w in anchors) and p.is_dir() and not any(p.iterdir()):
+        if any(a - 1.0 <= t <= a + w for a, w in anchors) and not any(p.iterdir()):
             out.add(p)
     return out
