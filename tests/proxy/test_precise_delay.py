@@ -1,7 +1,9 @@
 """An injected delay is never early, and the polling that makes it precise is bounded.
 
-faultday's proxy polls through the last 1.5 ms of a latency toxic's hold instead of
-trusting a timer (bench/proxy measures the precision); these tests pin the behaviour.
+Where the native relay is built it applies a latency toxic itself (a timerfd, never
+early); the Python path (``FAULTDAY_PROXY_NATIVE=0``, or HTTP edges) polls through
+the last 1.5 ms of a hold instead of trusting a timer (bench/proxy measures the
+precision). These tests pin the behaviour on whichever path the server takes.
 """
 
 from __future__ import annotations
