@@ -69,10 +69,11 @@ def api(server: ProxyServer) -> Iterator[ToxiproxyClient]:
         yield c
 
 
-def test_native_relay_is_built_where_a_compiler_is() -> None:
+def test_native_relay_is_built_where_a_compiler_is(monkeypatch: pytest.MonkeyPatch) -> None:
     """`pip install -e .` / `make setup` compile relay.c; a silent fallback would hide it."""
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler on this machine: the proxy relays in Python here")
+    monkeypatch.setenv(native.ENV_SWITCH, "1")  # a run with the Python path forced too
     assert native.LIBRARY.exists(), f"{native.LIBRARY} missing: run `make native`"
     assert native.available()
 
