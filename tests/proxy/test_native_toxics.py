@@ -171,7 +171,7 @@ def test_each_connection_keeps_its_draw_when_toxics_change(
             s.close()
 
 
-def test_a_toxic_the_relay_cannot_apply_moves_the_connection_and_back(
+def test_a_toxic_the_relay_cannot_apply_moves_its_connections_to_python(
     server: ProxyServer, api: ToxiproxyClient, edge: int
 ) -> None:
     api.add_toxic("edge", type="latency", name="lat", attributes={"latency": 20})
