@@ -6,7 +6,8 @@ SIGKILL when the ledger shows the phase, runs ``faultday recover`` and asserts:
 no process of the run alive (found by its marker, not by name), no /dev/shm
 segment or temporary folder of the run left, every fault reverted, and a second
 recover finds nothing. After the trials, the same scenario runs to the end and
-passes on the same machine.
+passes on the same machine. (New Triton folders in /tmp are counted machine-wide:
+no other Triton may start meanwhile, as in CI's serial runs.)
 """
 
 from __future__ import annotations
@@ -113,22 +114,32 @@ def _ledgers(report: Path) -> list[Ledger]:
 def test_sigkill_then_recover_leaves_nothing(tmp_path: Path, trial: Trial) -> None:
     report = tmp_path / "r"
     tmp_before, shm_before = _tmp_entries(), _shm_entries()
-    harness = subprocess.Popen(
-        [*FAULTDAY, "run", str(SCENARIO), "--time-scale", TIME_SCALE, "--report-dir", str(report)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "NO_COLOR": "1"},
-    )
+    out = tmp_path / "harness.log"
+    argv = [*FAULTDAY, "run", str(SCENARIO), "--time-scale", TIME_SCALE, "--report-dir"]
+    argv.append(str(report))
+    with out.open("wb") as fh:
+        harness = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
+        )
+
+    def until(pred: Callable[[Ledger], bool], what: str) -> None:
+        """Wait for ``pred``; a run that ended first fails the trial with its own words."""
+        wait_for(lambda: pred(ledger) or harness.poll() is not None, 120, what)
+        assert harness.poll() is None, f"the run ended before {what}:\n{out.read_text()[-3000:]}"
+
     try:
         path = wait_for(lambda: next(iter(report.glob(f"*/{LEDGER_NAME}")), None), 60, "a ledger")
         ledger = Ledger(path)
         if trial.sigterm_first:
-            wait_for(lambda: _reverts(5)(ledger), 120, "every fault")
+            until(_reverts(5), "every fault")
             harness.send_signal(signal.SIGTERM)
-        wait_for(lambda: trial.ready(ledger), 120, f"phase {trial.phase}")
+        until(trial.ready, f"phase {trial.phase}")
         time.sleep(trial.delay)
-        assert harness.poll() is None, "the run ended before the kill"
+        assert harness.poll() is None, f"the run ended before the kill:\n{out.read_text()[-3000:]}"
         harness.send_signal(signal.SIGKILL)
         harness.wait(10)
         markers = {m for led in _ledgers(report) for m in led.markers()}
