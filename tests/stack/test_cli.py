@@ -10,6 +10,8 @@ from pathlib import Path
 import psutil
 from tests.stack.conftest import REPO, marked_processes
 
+from faultday.engine.ledger import Ledger
+
 FAULTDAY = str(Path(sys.executable).parent / "faultday")
 
 
@@ -28,7 +30,7 @@ def test_up_status_logs_down_across_invocations(tmp_path: Path) -> None:
     state = tmp_path / "state"
     opts = ["--profile", str(REPO / "stack" / "local.yaml"), "--state-dir", str(state)]
     try:
-        up = _run("up", *opts, "--only", "qdrant,redis", cwd=tmp_path)
+        up = _run("up", *opts, "--only", "qdrant,redis,triton", cwd=tmp_path)
         assert up.returncode == 0, up.stdout + up.stderr
         assert "qdrant" in up.stdout
         assert "up in" in up.stdout
@@ -47,9 +49,14 @@ def test_up_status_logs_down_across_invocations(tmp_path: Path) -> None:
         logs = _run("logs", "qdrant", *opts, cwd=tmp_path)
         assert "seeded docs__live with 40 documents" in logs.stdout
 
+        ledger = Ledger.in_dir(state)
+        assert any(p.is_dir() for p in ledger.tmp_paths())  # PyTriton's workspace
         down = _run("down", *opts, cwd=tmp_path)
         assert down.returncode == 0, down.stdout + down.stderr
         assert "stopped" in down.stdout
+        # The temporary folders of a stack another invocation started go with it.
+        assert not any(p.exists() for p in ledger.tmp_paths())
+        assert not (state / "tmp").exists()
         assert not any(
             psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
             for p in pids

@@ -96,7 +96,7 @@ def recover_run(run_dir: Path, *, stop_processes: bool = True) -> RecoverResult:
     # before the processes, which a cleanup never needs: it rebuilds its access from its record.
     _run_cleanups(ledger, result)
     if stop_processes:
-        result.messages.extend(_stop_processes(ledger, result))
+        result.messages.extend(stop_run_processes(ledger, result))
     if not result.messages:
         result.messages.append("nothing outstanding")
     return result
@@ -121,7 +121,12 @@ def _run_cleanups(ledger: Ledger, result: RecoverResult) -> None:
         result.messages.extend(f"  {line}" for line in lines)
 
 
-def _stop_processes(ledger: Ledger, result: RecoverResult) -> list[str]:
+def stop_run_processes(ledger: Ledger, result: RecoverResult) -> list[str]:
+    """Stop every process the ledger knows (by record, then by marker); remove their temp paths.
+
+    Also what ``faultday stack down`` does for a stack an earlier ``stack up`` left running.
+    Counts go into ``result``; returns one message per process and per removed path.
+    """
     try:
         from faultday.stack.supervisor import stop_marked_processes, stop_recorded_processes
     except ImportError as exc:  # a build without the stack driver

@@ -26,7 +26,7 @@ from faultday.stack.components import ProbeKind
 from faultday.stack.profile import StackProfile, load_profile
 from faultday.stack.stack import Stack as ProcessStack
 from faultday.stack.stack import StackInfo
-from faultday.stack.supervisor import HOST, probe_once, stop_recorded_processes, tail
+from faultday.stack.supervisor import HOST, probe_once, tail
 from faultday.stack.tinymodel import make_tiny_model_command
 
 app = typer.Typer(help="Bring the reference stack up and down.", no_args_is_help=True)
@@ -182,11 +182,17 @@ def down(profile: ProfileOpt = "local", state_dir: StateOpt = None) -> None:
     if not ledger_file.exists():
         console.print(f"nothing to stop in {run_dir}")
         return
+    from faultday.engine.recover import RecoverResult, stop_run_processes
+
     t0 = time.monotonic()
-    messages = stop_recorded_processes(Ledger.in_dir(run_dir))
-    for m in messages:
+    result = RecoverResult()
+    # By record, then by marker, and the temporary folders with them: like recover.
+    for m in stop_run_processes(Ledger.in_dir(run_dir), result):
         console.print(f"  {m}", highlight=False)
     (run_dir / STATE_FILE).unlink(missing_ok=True)
+    if result.failed:
+        err.print(f"[red]{result.failed} processes could not be stopped[/]")
+        raise typer.Exit(4)
     console.print(f"[green]down[/] in {time.monotonic() - t0:.1f}s")
 
 
