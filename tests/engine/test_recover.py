@@ -231,3 +231,51 @@ def _zombie(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def test_recover_finds_a_process_that_overwrote_its_environment_by_folder_and_spawn_time(
+    tmp_path: Path,
+) -> None:
+    """redis-server writes its process title over its environment: the marker is gone."""
+    run_dir = tmp_path / "r" / "20260101T000000-x"
+    ledger = Ledger.in_dir(run_dir)
+    env = {**os.environ, **ledger.add_spawn("redis")}
+    port = _free_port()
+    redis = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""],
+        cwd=run_dir,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: _answers(port), 10, "redis")
+        assert marked_pids(ledger.markers()) == {}  # the marker cannot be read any more
+        assert find_ledgers(tmp_path / "r") == [run_dir]
+        r = faultday("recover", "--report-dir", str(tmp_path / "r"))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"pid={redis.pid}: stopped (SIGTERM) (found by the run's marker)" in r.stdout
+        assert redis.wait(5) is not None
+        assert find_ledgers(tmp_path / "r") == []
+    finally:
+        if redis.poll() is None:
+            redis.kill()
+            redis.wait()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _answers(port: int) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False

@@ -134,6 +134,15 @@ class Ledger:
         """Temporary paths recorded with ``add_tmp`` (recover removes those that still exist)."""
         return [Path(str(r["path"])) for r in self.records() if r.get("op") == "tmp"]
 
+    def spawn_times(self) -> list[float]:
+        """When each spawn was recorded (a process of the run started just after one)."""
+        out = []
+        for r in self.records():
+            ts = r.get("ts")
+            if r.get("op") == "spawn" and isinstance(ts, int | float):
+                out.append(float(ts))
+        return out
+
     def note_phase(self, phase: str) -> None:
         """Where the run is: tells recover (and a reader) in which phase a harness died."""
         self._append({"op": "phase", "phase": phase})

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from faultday.engine.ledger import LEDGER_NAME, RUN_TMP_DIR, Ledger, cleanup_registry
-from faultday.engine.marked import marked_pids
+from faultday.engine.marked import ledger_pids
 from faultday.errors import FaultdayError
 from faultday.injectors.base import Target, injector_registry
 
@@ -60,15 +60,13 @@ def find_ledgers(report_dir: Path) -> list[Path]:
         return []
     # Runs sit directly under it; shared stacks of game days and pytest sessions one deeper.
     ledgers = [Ledger(p) for p in sorted(report_dir.rglob(LEDGER_NAME))]
-    markers = {m: ledger for ledger in ledgers for m in ledger.markers()}
-    alive = {id(markers[m]) for m in marked_pids(set(markers))}
     return [
         ledger.path.parent
         for ledger in ledgers
-        if id(ledger) in alive
-        or ledger.outstanding_reverts()
+        if ledger.outstanding_reverts()
         or ledger.outstanding_cleanups()
         or ledger.outstanding_processes()
+        or ledger_pids(ledger)
     ]
 
 
@@ -140,7 +138,7 @@ def stop_run_processes(ledger: Ledger, result: RecoverResult) -> list[str]:
     result.stopped += marked.stopped
     result.failed += marked.failed
     removed = []
-    if not marked_pids(ledger.markers()):
+    if not ledger_pids(ledger):
         # The processes' TMPDIR inside the run folder and the temporary paths recorded
         # outside it (a stack's own down removes them too).
         for path in [ledger.path.parent / RUN_TMP_DIR, *ledger.tmp_paths()]:

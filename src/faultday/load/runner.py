@@ -222,6 +222,7 @@ class LocustLoad:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                cwd=self._run.run_dir,  # the run's folder, like every component's
             )
         self.procs.append(proc)
         self._logs.append(log_path)

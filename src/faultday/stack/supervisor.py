@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 
 from faultday.engine.ledger import Ledger, ProcessRecord
-from faultday.engine.marked import marked_pids
+from faultday.engine.marked import ledger_pids
 from faultday.errors import StackError
 from faultday.stack import shm
 from faultday.stack.components import ProbeKind
@@ -664,7 +664,7 @@ def stop_marked_processes(ledger: Ledger, *, grace: float = 3.0) -> MarkedStop:
     harness died (its PID never written), a helper that left its group, a Locust
     worker. Found by the marker in its environment, never by its name.
     """
-    pids = sorted({p for found in marked_pids(ledger.markers()).values() for p in found})
+    pids = ledger_pids(ledger)
     if not pids:
         return MarkedStop([])
     segments: set[str] = set()
@@ -685,9 +685,7 @@ def stop_marked_processes(ledger: Ledger, *, grace: float = 3.0) -> MarkedStop:
         lines, still = _stop_pids(pids, grace)
         messages += lines
         stopped, failed = stopped + len(pids) - len(still), len(still)
-        pids = sorted(
-            {p for found in marked_pids(ledger.markers()).values() for p in found} - set(still)
-        )
+        pids = sorted(set(ledger_pids(ledger)) - set(still))
     # What a server killed mid-start made but no command line named yet.
     tail = _removed_segments(segments) + _removed_dirs(dirs | left_near(starts))
     if tail:
