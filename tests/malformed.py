@@ -227,16 +227,21 @@ def _parent(body: Any, path: Path) -> Any:
 
 def _mutate(draw: st.DrawFn, body: Any) -> Any:
     paths = _paths(body)
+
+    def nasty() -> Any:
+        # A copy: NASTY samples shared objects ([], {}, [5]) that a later mutation edits.
+        return copy.deepcopy(draw(NASTY))
+
     how = draw(st.sampled_from(["replace", "replace", "wrap", "drop", "add"]))
     if how == "add" or not paths:
         if isinstance(body, dict):
-            body[draw(st.text(max_size=12))] = draw(NASTY)
+            body[draw(st.text(max_size=12))] = nasty()
             return body
-        return draw(NASTY)
+        return nasty()
     path = draw(st.sampled_from(paths))
     parent, key = _parent(body, path), path[-1]
     if how == "replace":
-        parent[key] = draw(NASTY)
+        parent[key] = nasty()
     elif how == "wrap":
         parent[key] = [parent[key]]
     else:
