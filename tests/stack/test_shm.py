@@ -127,6 +127,9 @@ def test_down_after_a_hard_kill_of_triton_leaves_no_segment(tmp_path: Path) -> N
         assert m.pid is not None
         region = shm.leader_segments(m.pid)
         assert region, "PyTriton's Python backend region is named after its process"
+        # This test is about down(): keep the monitor from sweeping the dead group first
+        # (it removes the region too, once the group is gone, which raced the check below).
+        s.supervisor._stop_monitor.set()
         # Kill the group as a crash or an escalated stop would: no orderly clean-up.
         os.killpg(m.pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
