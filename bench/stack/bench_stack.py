@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from faultday.engine.ledger import Ledger
+from faultday.core.ledger import Ledger
 from faultday.stack import shm
 from faultday.stack.profile import load_profile
 from faultday.stack.stack import RUN_MARKER, Stack

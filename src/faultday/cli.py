@@ -18,8 +18,8 @@ from rich.live import Live
 from rich.table import Table
 
 from faultday import __version__
+from faultday.core.journal import Journal, RunVerdict
 from faultday.errors import FaultdayError, ScenarioError, StackError, UsageError
-from faultday.report.journal import Journal, RunVerdict
 from faultday.scenario.loader import LoadedScenario
 
 console = Console(stderr=True, highlight=False)
@@ -110,7 +110,7 @@ def _target_resolver(base_dir: Path):  # type: ignore[no-untyped-def]
         from faultday.stack.profile import EDGE_SEP, load_profile
     except ImportError:
         return None
-    from faultday.injectors.base import TargetKind
+    from faultday.core.targets import TargetKind
 
     def resolve(stack: str) -> dict[str, TargetKind]:
         profile = load_profile(stack, base_dir=base_dir)
@@ -247,7 +247,7 @@ def run(
             )
         )
         return
-    from faultday.plugins import DRIVERS, Registry, did_you_mean
+    from faultday.core.plugins import DRIVERS, Registry, did_you_mean
 
     drivers: Registry[object] = Registry(DRIVERS, "driver")
     if driver not in drivers:

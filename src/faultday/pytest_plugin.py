@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from faultday.core.journal import Journal, RunVerdict
 from faultday.engine.stacks import StackPool
 from faultday.errors import FaultdayError, ScenarioError
-from faultday.report.journal import Journal, RunVerdict
 from faultday.scenario.loader import SUFFIX, LoadedScenario, load_scenario
 
 REPORT_KEY = pytest.StashKey[Path]()
@@ -225,7 +225,7 @@ def faultday_stack(
     Its folder (logs, ledger) is one of pytest's temporary folders, which pytest keeps
     for the last few sessions and then removes: nothing piles up in /tmp.
     """
-    from faultday.engine.ledger import Ledger
+    from faultday.core.ledger import Ledger
     from faultday.stack.profile import load_profile
     from faultday.stack.stack import Stack
 

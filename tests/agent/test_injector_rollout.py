@@ -8,10 +8,11 @@ import httpx
 import pytest
 
 from conftest import Stack
+from faultday.core.plugins import INJECTORS, Registry
+from faultday.core.targets import Revert, Target, TargetKind
 from faultday.errors import InjectionError
-from faultday.injectors.base import Injector, Revert, Target, TargetKind
+from faultday.injectors.base import Injector
 from faultday.injectors.rollout import ModelRollout
-from faultday.plugins import INJECTORS, Registry
 
 
 class Ctx:

@@ -9,8 +9,8 @@ import pytest
 import redis
 from procs import Procs
 
+from faultday.core.targets import Target, TargetKind
 from faultday.errors import InjectionError
-from faultday.injectors.base import Target, TargetKind
 from faultday.injectors.cache import CacheFlush, RedisOutage
 from faultday.injectors.vector import VectorOutage
 

@@ -12,7 +12,7 @@ from procs import Procs, dead_url
 from tests.llmsim.test_gpu_injectors import Ctx, cycle
 from tests.webguard_http import ATTACKS, IDS, Attack, assert_refused, attacks_for
 
-from faultday.injectors.base import Target, TargetKind
+from faultday.core.targets import Target, TargetKind
 from faultday.stack.services.agent.obs import PREFIX
 
 CHAT = {"session_id": "web", "message": "what is the refund policy?", "rag": False}

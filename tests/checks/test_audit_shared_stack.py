@@ -7,7 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from faultday.checks.agent import read_audit
-from faultday.checks.base import Window, WindowKind
+from faultday.core.windows import Window, WindowKind
 
 
 def test_audit_found_in_the_shared_stack_folder(tmp_path: Path) -> None:

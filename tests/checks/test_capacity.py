@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from faultday.checks.base import CheckResult, Verdict, Window, WindowKind, check_registry
+from faultday.checks.base import check_registry
 from faultday.checks.capacity import StepSpan, step_spans
-from faultday.engine.clock import Clock
+from faultday.core.clock import Clock
+from faultday.core.records import Observations, RequestRecord
+from faultday.core.targets import Target
+from faultday.core.windows import CheckResult, Verdict, Window, WindowKind
 from faultday.engine.plan import Plan, make_plan
-from faultday.injectors.base import Target
 from faultday.load.config import Shape, ShapeSpec
-from faultday.observe.records import Observations, RequestRecord
 from faultday.scenario.models import Scenario
 
 RUN = Window(WindowKind.RUN, "whole run", 0.0, 120.0)

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from faultday.checks.base import CheckResult, Verdict, Window, WindowKind, check_registry
-from faultday.engine.clock import Clock
-from faultday.injectors.base import Target
-from faultday.observe.records import Observations, RequestRecord, Sample
+from faultday.checks.base import check_registry
+from faultday.core.clock import Clock
+from faultday.core.records import Observations, RequestRecord, Sample
+from faultday.core.targets import Target
+from faultday.core.windows import CheckResult, Verdict, Window, WindowKind
 
 FAULT = Window(WindowKind.FAULT, "during xid79", 10.0, 20.0, fault="xid79")
 AFTER = Window(WindowKind.AFTER, "after xid79", 20.0, 40.0, fault="xid79")

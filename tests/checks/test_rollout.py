@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 from tests.checks.test_recorded import BASE, ctx_with, judge, reqs
 
-from faultday.checks.base import Verdict
+from faultday.core.windows import Verdict
 
 V1, V2 = "sim-primary", "sim-primary-v2"
 

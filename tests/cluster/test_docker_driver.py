@@ -13,9 +13,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from docker_standin import DockerStandIn
 
 from faultday.cluster.docker import DockerConfig, DockerStack
-from faultday.engine.ledger import Ledger
+from faultday.core.ledger import Ledger
+from faultday.core.targets import TargetKind
 from faultday.errors import StackError
-from faultday.injectors.base import TargetKind
 from faultday.stack.profile import StackProfile
 
 

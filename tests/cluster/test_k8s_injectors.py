@@ -13,7 +13,7 @@ from kube_standin import KubeStandIn
 from conftest import LLM_LABELS, NS, PART_OF, Ctx, engine_inject
 from faultday.cluster.guards import BlastRadiusError
 from faultday.cluster.kubernetes import KubernetesStack
-from faultday.engine.ledger import Ledger
+from faultday.core.ledger import Ledger
 from faultday.engine.recover import recover_run
 from faultday.errors import InjectionError
 from faultday.injectors.base import injector_registry
@@ -230,7 +230,7 @@ def test_chaos_mesh_refuses_an_unknown_peer(up: Ctx) -> None:
 
 def test_injectors_need_the_kubernetes_driver(tmp_path: Path) -> None:
     ctx = Ctx(run_dir=tmp_path, stack=object())
-    from faultday.injectors.base import Target, TargetKind
+    from faultday.core.targets import Target, TargetKind
 
     t = Target(name="agent", kind=TargetKind.COMPONENT)
     with pytest.raises(InjectionError, match="needs the kubernetes driver"):

@@ -12,9 +12,9 @@ from conftest import NS, k8s_config
 from faultday.cluster.config import DeployMode, EndpointMode
 from faultday.cluster.guards import BlastRadiusError
 from faultday.cluster.kubernetes import KubernetesStack
-from faultday.engine.ledger import Ledger
+from faultday.core.ledger import Ledger
+from faultday.core.targets import TargetKind
 from faultday.errors import StackError
-from faultday.injectors.base import TargetKind
 from faultday.stack.profile import StackProfile
 
 DEPLOYS = ["redis", "triton", "qdrant", "llm-primary", "llm-backup", "llm-canary", "tools", "agent"]

@@ -17,10 +17,10 @@ from conftest import NS, PART_OF, k8s_config
 from faultday.cluster.cleanup import LOAD_CLEANUP, LoadObjectsCleanup, load_cleanup_record
 from faultday.cluster.guards import BlastRadius
 from faultday.cluster.load_jobs import RUN_LABEL, render_load_jobs
-from faultday.engine.ledger import Ledger
+from faultday.core.ledger import Ledger
+from faultday.core.targets import Revert
 from faultday.engine.recover import recover_run
 from faultday.errors import RevertError
-from faultday.injectors.base import Revert
 from faultday.load.config import LoadConfig, Shape, ShapeSpec, Workload
 
 

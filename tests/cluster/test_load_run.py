@@ -32,7 +32,8 @@ from faultday.cluster.load_jobs import (
     render_load_jobs,
     run_id,
 )
-from faultday.engine.ledger import Ledger
+from faultday.core.journal import Journal, RunVerdict
+from faultday.core.ledger import Ledger
 from faultday.engine.recover import find_ledgers
 from faultday.engine.runner import Run, RunOptions
 from faultday.engine.stacks import default_stack_factory
@@ -42,7 +43,6 @@ from faultday.load.participants import ScenarioLoad, participants_for
 from faultday.load.runner import LoadOptions
 from faultday.load.sink import EventSink
 from faultday.observe.scrape import MetricsScraper
-from faultday.report.journal import Journal, RunVerdict
 from faultday.scenario.loader import load_scenario
 from faultday.stack.profile import load_profile
 

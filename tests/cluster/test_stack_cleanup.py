@@ -28,11 +28,11 @@ from conftest import NS, PART_OF, REPO, k8s_config
 from faultday.cluster.config import PART_OF_LABEL, STACK_RUN_LABEL, DeployMode
 from faultday.cluster.docker import DockerConfig, DockerStack
 from faultday.cluster.kubernetes import KubernetesStack
-from faultday.engine.ledger import Ledger
+from faultday.core.journal import RunVerdict
+from faultday.core.ledger import Ledger
 from faultday.engine.recover import find_ledgers
 from faultday.engine.runner import Run, RunOptions
 from faultday.engine.stacks import default_stack_factory
-from faultday.report.journal import RunVerdict
 from faultday.scenario.loader import load_scenario
 from faultday.stack.profile import StackProfile
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from tests.conftest import FAULTDAY, ROOT, faultday, wait_for
 
-from faultday.engine.ledger import LEDGER_NAME, Ledger
+from faultday.core.ledger import LEDGER_NAME, Ledger
 from faultday.engine.marked import ledger_pids
 from faultday.stack import shm
 

@@ -13,10 +13,10 @@ import psutil
 import pytest
 from pydantic import JsonValue
 
-from faultday.engine.ledger import Ledger, cleanup_registry
+from faultday.core.ledger import Ledger, cleanup_registry
+from faultday.core.targets import Revert
 from faultday.engine.recover import find_ledgers, recover_run
 from faultday.engine.runner import Run, RunOptions
-from faultday.injectors.base import Revert
 from faultday.scenario.loader import load_scenario
 
 DATA = Path(__file__).parent / "data"

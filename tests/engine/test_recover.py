@@ -14,10 +14,10 @@ import psutil
 import pytest
 from tests.conftest import FAULTDAY, ROOT, faultday, processes_mentioning, wait_for
 
-from faultday.engine.ledger import Ledger
+from faultday.core.ledger import Ledger
+from faultday.core.targets import Revert
 from faultday.engine.marked import marked_pids
 from faultday.engine.recover import find_ledgers, recover_run
-from faultday.injectors.base import Revert
 
 DATA = Path(__file__).parent / "data"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from tests.conftest import FAULTDAY, ROOT, wait_for
 
-from faultday.engine.ledger import Ledger
+from faultday.core.ledger import Ledger
 from faultday.engine.marked import marked_pids
 
 DATA = Path(__file__).parent / "data"

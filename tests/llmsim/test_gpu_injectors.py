@@ -17,9 +17,10 @@ import psutil
 import pytest
 from tests.llmsim.conftest import Sim
 
+from faultday.core.targets import Revert, Target, TargetKind
 from faultday.engine.recover import RecoverContext
 from faultday.errors import FaultdayError, InjectionError
-from faultday.injectors.base import Injector, Revert, Target, TargetKind, injector_registry
+from faultday.injectors.base import Injector, injector_registry
 from faultday.injectors.gpu import find_engine_core
 
 

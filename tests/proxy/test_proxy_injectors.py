@@ -12,8 +12,9 @@ import pytest
 from pydantic import ValidationError
 from tests.proxy.conftest import EchoServer, free_port
 
+from faultday.core.targets import Revert, Target, TargetKind
 from faultday.errors import InjectionError
-from faultday.injectors.base import Injector, Revert, Target, TargetKind, injector_registry
+from faultday.injectors.base import Injector, injector_registry
 from faultday.proxy import ProxyServer
 from faultday.proxy.client import ToxiproxyClient
 

@@ -25,7 +25,7 @@ import httpx
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from faultday.injectors.base import Target, TargetKind
+from faultday.core.targets import Target, TargetKind
 from faultday.stack import shm
 
 ROOT = Path(__file__).resolve().parents[2]

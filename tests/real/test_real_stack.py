@@ -19,7 +19,7 @@ import pytest
 from tests.real.realstack import ROOT
 from tests.stack.conftest import marked_processes
 
-from faultday.engine.ledger import Ledger
+from faultday.core.ledger import Ledger
 from faultday.injectors.gpu import find_engine_core
 from faultday.stack.profile import RestartPolicy, load_profile
 from faultday.stack.stack import Stack

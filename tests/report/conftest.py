@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from tests.report.journals import aborted_journal, failed_journal, write_series
 
-from faultday.report.journal import Journal
+from faultday.core.journal import Journal
 from faultday.report.render import render_all
 
 

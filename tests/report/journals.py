@@ -6,9 +6,7 @@ import random
 import time
 from pathlib import Path
 
-from faultday.observe.records import RequestRecord
-from faultday.observe.series import derived, write_csv
-from faultday.report.journal import (
+from faultday.core.journal import (
     Journal,
     JournalCheck,
     JournalEvent,
@@ -16,6 +14,8 @@ from faultday.report.journal import (
     JournalWindow,
     RunVerdict,
 )
+from faultday.core.records import RequestRecord
+from faultday.observe.series import derived, write_csv
 
 XSS = "<script>document.title='pwned';console.error('xss ran')</script><img src=x onerror=alert(1)>"
 

@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.report.chromium import CHROMIUM, open_pages
 
-from faultday.report.journal import Journal
+from faultday.core.journal import Journal
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)"

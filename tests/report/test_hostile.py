@@ -30,10 +30,10 @@ from tests.report.journals import aborted_journal, failed_journal, write_series
 from tests.report.test_reports import SECTIONS
 from tests.report.test_runbooks import FAILURE_MODES, STRUCTURE
 
+from faultday.core.journal import Journal
 from faultday.report import markdown
 from faultday.report import runbooks as rb
 from faultday.report.gameday import GameDay, render_gameday, summarize
-from faultday.report.journal import Journal
 from faultday.report.render import render_all
 
 CHARTS = r"^charts/[a-z]+\.svg$"

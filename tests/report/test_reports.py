@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.conftest import faultday
 
-from faultday.report.journal import Journal, read_journal
+from faultday.core.journal import Journal, read_journal
 
 SECTIONS = [
     "Verdict",

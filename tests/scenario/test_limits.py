@@ -16,9 +16,9 @@ import pytest
 from tests.conftest import ROOT
 
 from faultday.cli import _target_resolver
+from faultday.core.yamlpos import MAX_FILE_BYTES, parse_text
 from faultday.errors import ScenarioError
 from faultday.scenario.loader import load_scenario
-from faultday.yamlpos import MAX_FILE_BYTES, parse_text
 
 FAULT = (
     "    - {name: f%s, inject: http_error, target: agent->llm-primary, at: 30s, "

@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from tests.conftest import ROOT
 
-from faultday.durations import (
+from faultday.core.durations import (
     MAX_CHARS,
     PATTERN,
     UNIT_SECONDS,

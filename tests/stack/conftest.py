@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from faultday.engine.ledger import Ledger
+from faultday.core.ledger import Ledger
 from faultday.stack.profile import StackProfile, load_profile
 from faultday.stack.stack import RUN_MARKER, Stack
 

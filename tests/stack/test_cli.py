@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 from tests.stack.conftest import REPO, marked_processes
 
-from faultday.engine.ledger import Ledger
+from faultday.core.ledger import Ledger
 
 FAULTDAY = str(Path(sys.executable).parent / "faultday")
 

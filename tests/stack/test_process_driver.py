@@ -16,9 +16,9 @@ import psutil
 import pytest
 from tests.stack.conftest import marked_processes
 
-from faultday.engine.ledger import Ledger, ProcessRecord
+from faultday.core.ledger import Ledger, ProcessRecord
+from faultday.core.targets import TargetKind
 from faultday.errors import StackError
-from faultday.injectors.base import TargetKind
 from faultday.stack.stack import Stack, stop_recorded_processes
 
 MakeStack = Callable[..., Stack]

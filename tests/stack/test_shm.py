@@ -16,7 +16,7 @@ import psutil
 import pytest
 from tests.stack.conftest import REPO, marked_processes
 
-from faultday.engine.ledger import Ledger, ProcessRecord
+from faultday.core.ledger import Ledger, ProcessRecord
 from faultday.engine.recover import recover_run
 from faultday.stack import shm
 from faultday.stack.profile import load_profile

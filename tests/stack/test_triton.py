@@ -11,7 +11,7 @@ import pytest
 import tritonclient.http as tc
 from tests.stack.conftest import REPO, marked_processes
 
-from faultday.engine.ledger import Ledger
+from faultday.core.ledger import Ledger
 from faultday.stack.profile import load_profile
 from faultday.stack.services.embedder.hashing import embed
 from faultday.stack.stack import Stack

@@ -14,7 +14,7 @@ from qdrant_client.http import models as qm
 from qdrant_client.http.exceptions import UnexpectedResponse
 from tests.stack.conftest import REPO, marked_processes
 
-from faultday.engine.ledger import Ledger
+from faultday.core.ledger import Ledger
 from faultday.stack.profile import load_profile
 from faultday.stack.services.embedder.hashing import embed_one
 from faultday.stack.services.vectordb.seed import load_corpus, load_golden

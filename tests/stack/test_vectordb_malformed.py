@@ -25,7 +25,7 @@ from pydantic import TypeAdapter
 from qdrant_client.http import models as qm
 from tests.stack.conftest import REPO, marked_processes
 
-from faultday.engine.ledger import Ledger
+from faultday.core.ledger import Ledger
 from faultday.stack.profile import load_profile
 from faultday.stack.services.vectordb.seed import MODES
 from faultday.stack.stack import Stack

@@ -14,8 +14,8 @@ from tests.llmsim.test_gpu_injectors import Ctx, cycle
 from tests.stack.conftest import REPO, marked_processes
 from tests.webguard_http import ATTACKS, IDS, Attack, assert_refused, attacks_for
 
-from faultday.engine.ledger import Ledger
-from faultday.injectors.base import Target, TargetKind
+from faultday.core.ledger import Ledger
+from faultday.core.targets import Target, TargetKind
 from faultday.stack.profile import load_profile
 from faultday.stack.services.vectordb.seed import MODES
 from faultday.stack.stack import Stack

@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
 from procs import Procs
 
-from faultday.injectors.base import Target, TargetKind
+from faultday.core.targets import Target, TargetKind
 from faultday.injectors.tools import ToolOverload, ToolTimeout
 
 

@@ -11,7 +11,7 @@ import pytest
 from tests.tools.test_server import Ctx, call
 from tests.webguard_http import ATTACKS, IDS, Attack, assert_refused, attacks_for
 
-from faultday.injectors.base import Target, TargetKind
+from faultday.core.targets import Target, TargetKind
 from faultday.injectors.tools import ToolOverload
 from faultday.stack.services.tools.capacity import ToolFault
 from faultday.stack.services.tools.server import TOOLS

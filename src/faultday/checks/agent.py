@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import BaseModel, Field
 
-from faultday.checks.base import Check, CheckContext, CheckResult, Verdict, Window
+from faultday.checks.base import Check, CheckContext
 from faultday.checks.common import (
     Params,
     Pct,
@@ -21,6 +21,7 @@ from faultday.checks.common import (
     judged,
 )
 from faultday.checks.metrics import _Count
+from faultday.core.windows import CheckResult, Verdict, Window
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,11 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from faultday.checks.base import Check, CheckContext, CheckResult, Verdict, Window
+from faultday.checks.base import Check, CheckContext
 from faultday.checks.common import Params, Pct, Rate, Secs
+from faultday.core.records import RequestRecord
+from faultday.core.windows import CheckResult, Verdict, Window
 from faultday.load.config import Shape, ShapeSpec, users_at
-from faultday.observe.records import RequestRecord
 from faultday.observe.series import percentile
 from faultday.scenario.types import Duration
 

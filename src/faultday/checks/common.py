@@ -8,9 +8,10 @@ from collections.abc import Sequence
 
 from pydantic import ConfigDict, Field, model_validator
 
-from faultday.checks.base import CheckContext, CheckParams, CheckResult, Verdict, Window
-from faultday.durations import format_duration
-from faultday.observe.records import RequestRecord, Sample
+from faultday.checks.base import CheckContext, CheckParams
+from faultday.core.durations import format_duration
+from faultday.core.records import RequestRecord, Sample
+from faultday.core.windows import CheckResult, Verdict, Window
 
 
 class Params(CheckParams):

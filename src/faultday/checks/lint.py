@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from faultday.durations import format_duration, parse_duration
-from faultday.yamlpos import Document, PathKey, dotted, parse_file
+from faultday.core.durations import format_duration, parse_duration
+from faultday.core.yamlpos import Document, PathKey, dotted, parse_file
 
 
 class Severity(StrEnum):

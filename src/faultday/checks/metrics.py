@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from faultday.checks.base import Check, CheckContext, CheckResult, Verdict, Window, WindowKind
+from faultday.checks.base import Check, CheckContext
 from faultday.checks.common import (
     Bounds,
     Fmt,
@@ -20,7 +20,8 @@ from faultday.checks.common import (
     requests_in,
     series,
 )
-from faultday.observe.records import RequestRecord
+from faultday.core.records import RequestRecord
+from faultday.core.windows import CheckResult, Verdict, Window, WindowKind
 from faultday.scenario.types import Duration
 
 # ---------------------------------------------------------------- metric

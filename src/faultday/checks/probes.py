@@ -7,7 +7,8 @@ from typing import ClassVar
 import httpx
 from pydantic import BaseModel, Field
 
-from faultday.checks.base import Check, CheckContext, CheckParams, CheckResult, Verdict, Window
+from faultday.checks.base import Check, CheckContext, CheckParams
+from faultday.core.windows import CheckResult, Verdict, Window
 
 
 class HealthParams(CheckParams):

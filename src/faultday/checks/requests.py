@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from faultday.checks.base import Check, CheckContext, CheckResult, Verdict, Window
+from faultday.checks.base import Check, CheckContext
 from faultday.checks.common import (
     Bounds,
     Params,
@@ -22,7 +22,8 @@ from faultday.checks.common import (
     requests_in,
     within,
 )
-from faultday.observe.records import RequestRecord
+from faultday.core.records import RequestRecord
+from faultday.core.windows import CheckResult, Verdict, Window
 from faultday.observe.series import bins, metric_values, percentile
 from faultday.scenario.types import Duration
 

@@ -13,9 +13,10 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from faultday.checks.base import Check, CheckContext, CheckResult, Window
+from faultday.checks.base import Check, CheckContext
 from faultday.checks.common import Bounds, Fmt, Secs, insufficient, judged, matches, requests_in
-from faultday.observe.records import RequestRecord
+from faultday.core.records import RequestRecord
+from faultday.core.windows import CheckResult, Window
 from faultday.observe.series import metric_values, percentile
 
 

@@ -33,9 +33,9 @@ from faultday.cluster.config import (
     DockerAccess,
 )
 from faultday.cluster.guards import BlastRadius, BlastRadiusError
-from faultday.engine.ledger import Cleanup
+from faultday.core.ledger import Cleanup
+from faultday.core.targets import Revert
 from faultday.errors import RevertError
-from faultday.injectors.base import Revert
 
 # Their names in the faultday.cleanups entry-point group (a record's ``injector`` field).
 LOAD_CLEANUP = "k8s_load"

@@ -46,7 +46,7 @@ def _fail(exc: FaultdayError) -> typer.Exit:
 def _stack(profile: str, config: Path | None, namespace: str | None):  # type: ignore[no-untyped-def]
     from faultday.cluster.config import KubernetesConfig, config_with, load_config
     from faultday.cluster.kubernetes import KubernetesStack
-    from faultday.engine.ledger import Ledger
+    from faultday.core.ledger import Ledger
     from faultday.stack.profile import load_profile
 
     p = load_profile(profile, base_dir=Path.cwd())

@@ -34,10 +34,10 @@ from faultday.cluster.config import (
     DockerAccess,
     part_of_value,
 )
-from faultday.engine.ledger import Ledger
+from faultday.core.ledger import Ledger
+from faultday.core.plugins import did_you_mean
+from faultday.core.targets import Revert, Target, TargetKind
 from faultday.errors import StackError
-from faultday.injectors.base import Revert, Target, TargetKind
-from faultday.plugins import did_you_mean
 from faultday.stack.profile import StackProfile
 from faultday.stack.stack import ComponentInfo, EdgeInfo, StackInfo
 

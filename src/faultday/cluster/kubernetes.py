@@ -43,10 +43,10 @@ from faultday.cluster.config import (
     LoadPlacement,
 )
 from faultday.cluster.guards import BlastRadius
-from faultday.engine.ledger import Ledger, ProcessRecord
+from faultday.core.ledger import Ledger, ProcessRecord
+from faultday.core.plugins import did_you_mean
+from faultday.core.targets import Revert, Target, TargetKind
 from faultday.errors import StackError
-from faultday.injectors.base import Revert, Target, TargetKind
-from faultday.plugins import did_you_mean
 from faultday.stack.profile import StackProfile
 from faultday.stack.stack import ComponentInfo, EdgeInfo, StackInfo
 

@@ -34,9 +34,9 @@ from faultday.cluster.config import (
     PART_OF_LABEL,
     LoadJobsConfig,
 )
-from faultday.engine.ledger import Ledger
+from faultday.core.ledger import Ledger
+from faultday.core.targets import Revert
 from faultday.errors import FaultdayError
-from faultday.injectors.base import Revert
 from faultday.load.config import LoadConfig, Workload
 from faultday.load.runner import (
     WORKERS_TIMEOUT,

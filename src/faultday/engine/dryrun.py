@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from faultday.durations import format_duration
+from faultday.core.durations import format_duration
 from faultday.engine.plan import Plan
 from faultday.scenario.loader import stack_ref
 
@@ -103,7 +103,7 @@ def _driver_touches(
     """Objects a driver would change, for drivers that can say (``dry_run(scenario)``)."""
     if driver == "process":
         return []
-    from faultday.engine.ledger import Ledger
+    from faultday.core.ledger import Ledger
     from faultday.engine.stacks import build_stack
 
     spec = plan.scenario.spec

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from faultday.engine.ledger import MARKER_ENV, Ledger
+from faultday.core.ledger import MARKER_ENV, Ledger
 
 PROC = Path("/proc")
 _KEY = MARKER_ENV.encode() + b"="

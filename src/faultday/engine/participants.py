@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from faultday.engine.clock import Clock
-from faultday.engine.ledger import Ledger
-from faultday.injectors.base import Target
-from faultday.observe.records import Observations
+from faultday.core.clock import Clock
+from faultday.core.ledger import Ledger
+from faultday.core.records import Observations
+from faultday.core.targets import Target
 from faultday.scenario.models import Scenario
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from faultday.checks.base import Window, WindowKind
+from faultday.core.windows import Window, WindowKind
 from faultday.scenario.models import CheckSpec, Scenario
 
 

@@ -8,10 +8,11 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from faultday.engine.ledger import LEDGER_NAME, RUN_TMP_DIR, Ledger, cleanup_registry
+from faultday.core.ledger import LEDGER_NAME, RUN_TMP_DIR, Ledger, cleanup_registry
+from faultday.core.targets import Target
 from faultday.engine.marked import ledger_pids
 from faultday.errors import FaultdayError
-from faultday.injectors.base import Target, injector_registry
+from faultday.injectors.base import injector_registry
 
 log = logging.getLogger(__name__)
 

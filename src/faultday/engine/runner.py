@@ -16,15 +16,9 @@ from pathlib import Path
 from pydantic import BaseModel, JsonValue
 
 from faultday import __version__
-from faultday.checks.base import Check, CheckResult, Verdict, Window, WindowKind, check_registry
-from faultday.engine.clock import Clock
-from faultday.engine.ledger import Ledger
-from faultday.engine.participants import Participant, default_participants
-from faultday.engine.plan import Plan, make_plan
-from faultday.errors import FaultdayError, InjectionError, StackError
-from faultday.injectors.base import Injector, Revert, Target, injector_registry
-from faultday.observe.records import Observations
-from faultday.report.journal import (
+from faultday.checks.base import Check, check_registry
+from faultday.core.clock import Clock
+from faultday.core.journal import (
     Journal,
     JournalCheck,
     JournalEvent,
@@ -32,6 +26,14 @@ from faultday.report.journal import (
     JournalWindow,
     RunVerdict,
 )
+from faultday.core.ledger import Ledger
+from faultday.core.records import Observations
+from faultday.core.targets import Revert, Target
+from faultday.core.windows import CheckResult, Verdict, Window, WindowKind
+from faultday.engine.participants import Participant, default_participants
+from faultday.engine.plan import Plan, make_plan
+from faultday.errors import FaultdayError, InjectionError, StackError
+from faultday.injectors.base import Injector, injector_registry
 from faultday.scenario.loader import LoadedScenario
 from faultday.scenario.models import CheckSpec, Fault, Scenario
 

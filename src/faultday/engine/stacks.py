@@ -6,13 +6,13 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from faultday.core.plugins import DRIVERS, Registry
 from faultday.errors import FaultdayError, StackError, UsageError
-from faultday.plugins import DRIVERS, Registry
 from faultday.scenario.loader import stack_ref
 
 if TYPE_CHECKING:
+    from faultday.core.journal import Journal
     from faultday.engine.runner import Run
-    from faultday.report.journal import Journal
     from faultday.scenario.loader import LoadedScenario
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class StackPool:
         self.count = 0
 
     def get(self, loaded: LoadedScenario) -> object:
-        from faultday.engine.ledger import Ledger
+        from faultday.core.ledger import Ledger
         from faultday.engine.stacks import build_stack
         from faultday.scenario.loader import stack_ref
 
@@ -114,7 +114,7 @@ class StackPool:
         if self.stack is None:
             return
         why = ""
-        from faultday.report.journal import RunVerdict
+        from faultday.core.journal import RunVerdict
 
         if journal.verdict not in (RunVerdict.PASSED, RunVerdict.FAILED):
             why = f"run {journal.verdict}"

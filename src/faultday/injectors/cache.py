@@ -21,8 +21,9 @@ import psutil
 import redis
 from pydantic import BaseModel, ConfigDict, Field
 
+from faultday.core.targets import Revert, Target, TargetKind
 from faultday.errors import InjectionError, RevertError
-from faultday.injectors.base import FaultContext, Injector, Revert, Target, TargetKind
+from faultday.injectors.base import FaultContext, Injector
 
 log = logging.getLogger(__name__)
 

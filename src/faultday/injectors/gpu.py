@@ -24,8 +24,9 @@ import httpx
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from faultday.core.targets import Revert, Target
 from faultday.errors import FaultdayError, InjectionError, RevertError
-from faultday.injectors.base import FaultContext, Injector, NoParams, Revert, Target
+from faultday.injectors.base import FaultContext, Injector, NoParams
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,9 @@ from faultday.cluster.client import ClusterError, KubernetesCluster, Taint
 from faultday.cluster.config import ClusterAccess
 from faultday.cluster.guards import BlastRadius
 from faultday.cluster.kubernetes import KubernetesStack
+from faultday.core.targets import Revert, Target
 from faultday.errors import InjectionError, RevertError
-from faultday.injectors.base import FaultContext, Injector, Revert, Target
+from faultday.injectors.base import FaultContext, Injector
 from faultday.scenario.types import Duration
 
 log = logging.getLogger(__name__)

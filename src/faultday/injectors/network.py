@@ -13,8 +13,9 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from faultday.core.targets import Revert, Target, TargetKind
 from faultday.errors import InjectionError, RevertError
-from faultday.injectors.base import FaultContext, Injector, NoParams, Revert, Target, TargetKind
+from faultday.injectors.base import FaultContext, Injector, NoParams
 from faultday.proxy.client import ProxyAPIError, ToxiproxyClient
 from faultday.scenario.types import Duration
 

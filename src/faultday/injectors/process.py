@@ -11,8 +11,9 @@ from typing import ClassVar
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
+from faultday.core.targets import Revert, Target
 from faultday.errors import InjectionError
-from faultday.injectors.base import FaultContext, Injector, NoParams, Revert, Target
+from faultday.injectors.base import FaultContext, Injector, NoParams
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,9 @@ from typing import ClassVar
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from faultday.core.targets import Revert, Target
 from faultday.errors import InjectionError, RevertError
-from faultday.injectors.base import FaultContext, Injector, Revert, Target
+from faultday.injectors.base import FaultContext, Injector
 
 log = logging.getLogger(__name__)
 

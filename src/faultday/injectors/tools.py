@@ -15,8 +15,9 @@ from typing import ClassVar
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from faultday.core.targets import Revert, Target
 from faultday.errors import InjectionError, RevertError
-from faultday.injectors.base import FaultContext, Injector, Revert, Target
+from faultday.injectors.base import FaultContext, Injector
 from faultday.scenario.types import Duration
 
 log = logging.getLogger(__name__)

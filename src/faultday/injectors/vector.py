@@ -15,8 +15,9 @@ from typing import ClassVar, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
+from faultday.core.targets import Revert, Target, TargetKind
 from faultday.errors import InjectionError, RevertError
-from faultday.injectors.base import FaultContext, Injector, NoParams, Revert, Target, TargetKind
+from faultday.injectors.base import FaultContext, Injector, NoParams
 from faultday.injectors.cache import set_edge_enabled
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from faultday.engine.ledger import RUN_TMP_DIR, ProcessRecord
+from faultday.core.ledger import RUN_TMP_DIR, ProcessRecord
 from faultday.engine.participants import RunView
 from faultday.errors import FaultdayError
 from faultday.load.config import (

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from faultday.observe.records import RequestRecord
+from faultday.core.records import RequestRecord
 
 log = logging.getLogger(__name__)
 

@@ -7,11 +7,11 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from faultday.engine.clock import Clock
-from faultday.engine.ledger import Ledger
+from faultday.core.clock import Clock
+from faultday.core.ledger import Ledger
+from faultday.core.records import Observations
+from faultday.core.targets import Target
 from faultday.errors import StackError
-from faultday.injectors.base import Target
-from faultday.observe.records import Observations
 from faultday.scenario.models import Scenario
 
 log = logging.getLogger(__name__)

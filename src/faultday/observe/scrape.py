@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from faultday.core.records import Sample
 from faultday.engine.participants import RunView
-from faultday.observe.records import Sample
 from faultday.observe.timebase import TimeBase
 
 log = logging.getLogger(__name__)

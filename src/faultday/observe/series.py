@@ -9,8 +9,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from faultday.core.records import RequestRecord, Sample
 from faultday.engine.participants import RunView
-from faultday.observe.records import RequestRecord, Sample
 
 CSV_NAME = "timeseries.csv"
 PREFIX = "load_"

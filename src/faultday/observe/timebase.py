@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from faultday.engine.clock import Clock
+from faultday.core.clock import Clock
 
 
 class TimeBase:

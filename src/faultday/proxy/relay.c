@@ -19,13 +19,19 @@
  * Counters are a per-proxy uint64[5] array that only this thread writes:
  * bytes received up, sent up, received down, sent down; connections closed.
  *
- * Timing toxics: Python decides, per connection, which toxics act on it (their
+ * Stream toxics: Python decides, per connection, which toxics act on it (their
  * toxicity is rolled there) and hands the relay each direction's parameters
  * (struct fr_params). A timed direction keeps what it read in its pipe, as a
  * bounded ring of chunks with the time each may leave: latency from the moment
  * it was read (never early), bandwidth from when the previous chunk was done.
- * One timerfd per relay thread wakes it for the earliest chunk due. Such a
- * connection has an id; when the relay closes it, a note tells Python.
+ * As Toxiproxy 2.12 does: slicer cuts each chunk by halving it until a piece is
+ * within average_size + size_variation (the cut moved by up to the variation)
+ * and waits `delay` after every piece; limit_data lets `limit` bytes through,
+ * then closes the connection once they are written; timeout passes nothing and
+ * closes the connection at `close_at` (0: never; the bytes it holds leave when
+ * Python hands the connection over again without it). One timerfd per relay
+ * thread wakes it for the earliest chunk or close due. Such a connection has an
+ * id; when the relay closes it, a note tells Python (and which toxic did it).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -43,7 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FR_ABI 3
+#define FR_ABI 4
 #define PIPE_SIZE (1 << 20)
 #define POOL_MAX 128
 #define MAX_EVENTS 256
@@ -54,11 +60,13 @@
  * time (the next slot starts where this one ends) and a fast limit is not spent
  * on timer wake-ups. Latency is never early. */
 #define BW_SLACK_NS 50000
+#define FOREVER INT64_MAX /* a chunk the timeout toxic holds: it never falls due here */
+#define SLICE_DEPTH 64    /* slicer: pieces waiting to be halved further (a bounded stack) */
 
 enum { UP = 0, DOWN = 1 };
 enum { KIND_UNKNOWN = 0, KIND_TCP = 1, KIND_HTTP = 2 };
 enum { LIVE = 0, HANDOFF = 1, DEAD = 2, RELEASED = 3 };
-enum { NOTE_HTTP = 2, NOTE_CLOSED = 3 };
+enum { NOTE_HTTP = 2, NOTE_CLOSED = 3, NOTE_LIMIT = 4, NOTE_TIMEOUT = 5 };
 enum { C_CLOSED = 4 }; /* counters[4]: connections closed here */
 
 struct fr_conn;
@@ -68,13 +76,28 @@ struct fr_end { /* epoll data of one socket */
     int side; /* 0 = client, 1 = upstream */
 };
 
-/* One direction's timing toxics; mirrored by a ctypes Structure in native.py. */
+/* One direction's stream toxics; mirrored by a ctypes Structure in native.py. */
 struct fr_params {
     int64_t latency_ns;
-    int64_t jitter_ns; /* uniform in [-jitter, +jitter] per chunk */
-    int64_t rate;      /* bytes per second; 0 = no bandwidth toxic */
-    int32_t on;        /* 0: untimed (plain splice relay) */
-    int32_t lat_first; /* the latency toxic comes before the bandwidth one */
+    int64_t jitter_ns;      /* uniform in [-jitter, +jitter] per chunk */
+    int64_t rate;           /* bytes per second; 0 = no bandwidth toxic */
+    int64_t slice_avg;      /* slicer's average_size; 0 = no slicer */
+    int64_t slice_var;      /* slicer's size_variation */
+    int64_t slice_delay_ns; /* slicer: wait after each piece */
+    int64_t limit;          /* limit_data: bytes it still lets through; -1 = none */
+    int64_t close_at;       /* timeout: CLOCK_MONOTONIC ns it closes at; 0 = never */
+    int32_t on;             /* 0: untimed (plain splice relay) */
+    int32_t lat_first;      /* the latency toxic comes before the bandwidth one */
+    int32_t hold;           /* timeout: nothing leaves */
+    int32_t pad;
+};
+
+struct fr_slicer { /* the head chunk's pieces, cut lazily: a depth-first halving */
+    int64_t stack[SLICE_DEPTH][2];
+    int depth;
+    int64_t left;      /* bytes of the current piece not yet written */
+    int64_t next;      /* when the next piece may leave (delay after the last) */
+    int started;       /* the head chunk's halving has begun */
 };
 
 struct fr_chunk {
@@ -95,6 +118,9 @@ struct fr_dir {
     int64_t in_pipe; /* bytes taken from src, not yet written to dst */
     int eof;         /* src ended */
     int done;        /* everything passed on and dst half-closed */
+    struct fr_slicer *slicer; /* only when tox.slice_avg > 0 */
+    int64_t limited;          /* bytes read while limit_data acts (Python's count) */
+    int limit_hit;            /* limit_data reached: close once the pipe is empty */
 };
 
 struct fr_conn {
@@ -126,6 +152,7 @@ struct fr_state {
     int32_t pipe_r[2];
     int32_t pipe_w[2];
     int64_t in_pipe[2];
+    int64_t limited[2];
     int32_t eof[2];
     int32_t done[2];
     int32_t kind;
@@ -269,7 +296,7 @@ static void unlink_conn(struct fr_relay *r, struct fr_conn *c, int state) {
     r->zombies = c;
 }
 
-static void close_conn(struct fr_relay *r, struct fr_conn *c) {
+static void close_conn_why(struct fr_relay *r, struct fr_conn *c, uint32_t why) {
     unregister(r, c);
     for (int s = 0; s < 2; s++) {
         close(c->fd[s]);
@@ -278,12 +305,14 @@ static void close_conn(struct fr_relay *r, struct fr_conn *c) {
     }
     c->counters[C_CLOSED] += 1;
     if (c->id)
-        note(r, c, NOTE_CLOSED);
+        note(r, c, why);
     unlink_conn(r, c, DEAD);
 }
 
+static void close_conn(struct fr_relay *r, struct fr_conn *c) { close_conn_why(r, c, NOTE_CLOSED); }
+
 static int may_read(const struct fr_dir *d) {
-    if (d->eof)
+    if (d->eof || d->limit_hit)
         return 0;
     if (d->tox.on) /* dst full: what waits in the socket would only make smaller chunks */
         return d->count < RING && !d->stalled && !d->wblocked;

@@ -11,7 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 
-from faultday.report.journal import Journal
+from faultday.core.journal import Journal
 from faultday.report.series import Series, SeriesSet
 from faultday.report.view import Chart
 

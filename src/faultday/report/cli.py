@@ -19,8 +19,8 @@ from rich.progress import (
 )
 
 if TYPE_CHECKING:
+    from faultday.core.journal import Journal
     from faultday.engine.runner import Status
-    from faultday.report.journal import Journal
 
 console = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
@@ -40,8 +40,8 @@ def report(
 ) -> None:
     """Render a run's reports again from its journal.json."""
     from faultday.cli import Exit
+    from faultday.core.journal import JOURNAL_NAME, read_journal
     from faultday.errors import UsageError
-    from faultday.report.journal import JOURNAL_NAME, read_journal
     from faultday.report.render import render_all
 
     if not (run_dir / JOURNAL_NAME).is_file():

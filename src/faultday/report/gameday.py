@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from faultday.core.journal import Journal, RunVerdict
 from faultday.engine.stacks import StackPool
 from faultday.errors import FaultdayError, ScenarioError, UsageError
-from faultday.report.journal import Journal, RunVerdict
 from faultday.report.view import not_evaluated, scenario_name
 
 if TYPE_CHECKING:
+    from faultday.core.targets import TargetKind
     from faultday.engine.runner import Run, Status
-    from faultday.injectors.base import TargetKind
     from faultday.report.runbooks import Measured
     from faultday.scenario.loader import LoadedScenario
 
@@ -362,7 +362,7 @@ def load_suite(
 
 def _target_resolver(base_dir: Path) -> Callable[[str], dict[str, TargetKind]]:
     """Targets of a stack profile, so a scenario naming an unknown component fails up front."""
-    from faultday.injectors.base import TargetKind
+    from faultday.core.targets import TargetKind
     from faultday.stack.profile import EDGE_SEP, load_profile
 
     def resolve(stack: str) -> dict[str, TargetKind]:

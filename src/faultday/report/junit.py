@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from faultday.report.journal import Journal, RunVerdict
+from faultday.core.journal import Journal, RunVerdict
 from faultday.report.view import not_evaluated, scenario_name
 
 JUNIT_NAME = "junit.xml"

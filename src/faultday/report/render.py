@@ -6,8 +6,8 @@ import logging
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from faultday.plugins import REPORTERS
-from faultday.report.journal import Journal
+from faultday.core.journal import Journal
+from faultday.core.plugins import REPORTERS
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from faultday.core.journal import Journal
 from faultday.report.html import report_html, report_markdown
-from faultday.report.journal import Journal
 from faultday.report.junit import JUNIT_NAME, write_junit
 from faultday.report.view import build_view
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import jinja2
 import yaml
 
+from faultday.core.journal import Journal
 from faultday.errors import FaultdayError, ScenarioError, UsageError
 from faultday.report import markdown
-from faultday.report.journal import Journal
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import yaml
 
+from faultday.core.journal import Journal, JournalCheck, JournalEvent, RunVerdict
 from faultday.report import markdown
-from faultday.report.journal import Journal, JournalCheck, JournalEvent, RunVerdict
 from faultday.report.series import SeriesSet, read_series
 
 log = logging.getLogger(__name__)

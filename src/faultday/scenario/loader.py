@@ -10,11 +10,12 @@ from pathlib import Path
 from pydantic import BaseModel, JsonValue, ValidationError
 
 from faultday.checks.base import Check, check_registry
+from faultday.core.plugins import Registry, did_you_mean
+from faultday.core.targets import TargetKind
+from faultday.core.yamlpos import Document, PathKey, parse_file, printable, validation_problems
 from faultday.errors import FaultdayError, Problem, ScenarioError
-from faultday.injectors.base import Injector, TargetKind, injector_registry
-from faultday.plugins import Registry, did_you_mean
+from faultday.injectors.base import Injector, injector_registry
 from faultday.scenario.models import MAX_CHECKS, MAX_FAULTS, MAX_PATH, CheckSpec, Fault, Scenario
-from faultday.yamlpos import Document, PathKey, parse_file, printable, validation_problems
 
 SUFFIX = ".scenario.yaml"
 EDGE_ARROW = "->"
@@ -104,7 +105,7 @@ class _Validator:
     @staticmethod
     def _duration(spec: dict[str, object]) -> float | None:
         try:
-            from faultday.durations import parse_duration
+            from faultday.core.durations import parse_duration
 
             return parse_duration(spec["duration"]) if "duration" in spec else None  # type: ignore[arg-type]
         except ValueError:
@@ -270,7 +271,7 @@ class _Validator:
     def _recovery_room(
         self, spec: dict[str, object], faults: dict[str, Fault], duration: float
     ) -> None:
-        from faultday.durations import parse_duration
+        from faultday.core.durations import parse_duration
 
         try:
             recovery = parse_duration(spec.get("recovery", "10s"))  # type: ignore[arg-type]

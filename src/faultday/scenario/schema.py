@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from faultday.durations import format_duration
+from faultday.core.durations import format_duration
 from faultday.scenario.models import Scenario
 
 SCHEMA_ID = "https://faultday.dev/schema/scenario.schema.json"

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, PlainSerializer, Strict, WithJsonSchema
 
-from faultday.durations import (
+from faultday.core.durations import (
     MAX_CHARS,
     PATTERN,
     exact_seconds,

@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from faultday.engine.ledger import Ledger
+from faultday.core.ledger import Ledger
 from faultday.errors import FaultdayError, ScenarioError, StackError
 from faultday.stack.components import ProbeKind
 from faultday.stack.profile import StackProfile, load_profile

@@ -24,10 +24,10 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict
 
-from faultday.engine.ledger import RUN_TMP_DIR, Ledger
+from faultday.core.ledger import RUN_TMP_DIR, Ledger
+from faultday.core.plugins import did_you_mean
+from faultday.core.targets import Target, TargetKind
 from faultday.errors import StackError
-from faultday.injectors.base import Target, TargetKind
-from faultday.plugins import did_you_mean
 from faultday.stack.components import ProbeKind
 from faultday.stack.profile import TEMPLATE_RE, Edge, StackProfile
 from faultday.stack.supervisor import (

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from faultday.engine.ledger import Ledger, ProcessRecord
+from faultday.core.ledger import Ledger, ProcessRecord
 from faultday.engine.marked import ledger_pids
 from faultday.errors import StackError
 from faultday.stack import shm

@@ -20,9 +20,9 @@ from pydantic import (
     model_validator,
 )
 
+from faultday.core.yamlpos import parse_file, validation_problems
 from faultday.errors import Problem, ScenarioError
 from faultday.scenario.types import Duration
-from faultday.yamlpos import parse_file, validation_problems
 
 # What one task may carry, so that no request occupies the stack for long: each step is
 # a tool call (bounded by timeouts.tool_call) and a checkpoint that rewrites the whole task.

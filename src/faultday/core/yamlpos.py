@@ -25,9 +25,9 @@ from typing import Any, get_args
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from faultday.durations import shown
+from faultday.core.durations import shown
+from faultday.core.plugins import did_you_mean
 from faultday.errors import Problem, ScenarioError
-from faultday.plugins import did_you_mean
 
 PathKey = tuple[str | int, ...]
 

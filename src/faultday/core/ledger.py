@@ -28,9 +28,9 @@ from typing import ClassVar
 
 from pydantic import JsonValue
 
+from faultday.core.plugins import Registry
+from faultday.core.targets import Revert
 from faultday.errors import FaultdayError
-from faultday.injectors.base import Revert
-from faultday.plugins import Registry
 
 log = logging.getLogger(__name__)
 

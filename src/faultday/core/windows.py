@@ -1,0 +1,61 @@
+"""Windows and verdicts: the spans of run time a check judges, and what it says."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Verdict(StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    INSUFFICIENT = "insufficient"  # too few samples in the window to decide: never a pass
+    ERROR = "error"  # the check itself could not run
+
+
+class WindowKind(StrEnum):
+    BASELINE = "baseline"
+    FAULT = "fault"  # during: a fault's window
+    AFTER = "after"  # after: from a fault's end to run end
+    RECOVERED = "recovered"  # steady state again, after the last fault + recovery
+    RUN = "run"  # the whole run
+    ABORT = "abort"  # a sliding window watched by an abort condition
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A span of run time (seconds from t=0) that a check looks at."""
+
+    kind: WindowKind
+    label: str
+    start: float
+    end: float
+    fault: str = ""
+
+    @property
+    def length(self) -> float:
+        return max(0.0, self.end - self.start)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    check: str
+    label: str
+    window: str
+    verdict: Verdict
+    expected: str = ""
+    observed: str = ""
+    n: int = 0
+    message: str = ""
+
+    def describe(self) -> str:
+        """``during xid79: latency ttft p99 expected ≤ 1.5s, observed 4.2s (n=812)``."""
+        text = f"{self.window}: {self.label}"
+        if self.expected:
+            text += f" expected {self.expected}"
+        if self.observed:
+            text += f", observed {self.observed}"
+        text += f" (n={self.n})"
+        if self.message:
+            text += f" — {self.message}"
+        return text
