@@ -248,6 +248,7 @@ class _Ctx:
         self._stack = stack
         self.run_dir = stack.run_dir
         self.live = True
+        self.stack = stack.stack
 
     def target(self, name: str) -> Any:
         return self._stack.stack.target(name)

@@ -1,50 +1,17 @@
-"""The Check protocol: evaluate one assertion over one window of a run."""
+"""The Check base class: evaluate one assertion over one window of a run."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from faultday.core.clock import Clock
 from faultday.core.plugins import CHECKS, Registry
-from faultday.core.records import Observations
-from faultday.core.targets import Target
+from faultday.core.protocols import CheckContext
 from faultday.core.windows import CheckResult, Window
 
-if TYPE_CHECKING:
-    from faultday.engine.plan import Plan
-
-
-class CheckContext(Protocol):
-    """What a check may read: observations, fault and revert times, targets."""
-
-    @property
-    def observations(self) -> Observations: ...
-
-    def fault_times(self, fault: str) -> tuple[float, float]:
-        """(injected, reverted) in run seconds; reverted is inf while still active."""
-        ...
-
-    def target(self, name: str) -> Target: ...
-
-    @property
-    def time_scale(self) -> float: ...
-
-    @property
-    def run_dir(self) -> Path:
-        """The run folder: component logs, audit and trace files."""
-        ...
-
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
-    def plan(self) -> Plan:
-        """The run's windows (baseline, faults, recovery) and schedule."""
-        ...
+__all__ = ["Check", "CheckContext", "CheckParams", "check_registry"]
 
 
 class Check(ABC):

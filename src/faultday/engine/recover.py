@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from faultday.core.ledger import LEDGER_NAME, RUN_TMP_DIR, Ledger, cleanup_registry
+from faultday.core.protocols import StackDriver
 from faultday.core.targets import Target
 from faultday.engine.marked import ledger_pids
 from faultday.errors import FaultdayError
@@ -23,6 +24,7 @@ class RecoverContext:
 
     run_dir: Path
     live: bool = False
+    stack: StackDriver | None = None  # no live stack: reverts act on the ledger's data alone
     # True when recover goes on to stop the stack's processes: a revert that would
     # restart a component is then moot. False with --keep-processes: it cannot be done.
     stack_stops: bool = True

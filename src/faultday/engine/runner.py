@@ -27,6 +27,7 @@ from faultday.core.journal import (
     RunVerdict,
 )
 from faultday.core.ledger import Ledger
+from faultday.core.protocols import Interruptible, StackDriver
 from faultday.core.records import Observations
 from faultday.core.targets import Revert, Target
 from faultday.core.windows import CheckResult, Verdict, Window, WindowKind
@@ -78,7 +79,7 @@ class RunOptions:
     participants: list[Participant] | None = None  # None = what the scenario asks for
     # A stack that is already up and outlives this run (game days, the pytest plugin):
     # the run neither starts nor stops it, but still reverts every fault it made.
-    shared_stack: object | None = None
+    shared_stack: StackDriver | None = None
     driver: str = "process"  # a `faultday.drivers` plugin: process, docker, kubernetes
     driver_config: Path | None = None  # the driver's own settings file (e.g. namespace allowlist)
 
@@ -97,19 +98,24 @@ class _FaultCtx:
     """FaultContext for injectors during a live run."""
 
     run_dir: Path
-    stack: object
+    stack: StackDriver | None
     hurry: threading.Event
     live: bool = True
 
+    def _up(self) -> StackDriver:
+        if self.stack is None:
+            raise StackError("the stack is not up")
+        return self.stack
+
     def target(self, name: str) -> Target:
-        return self.stack.target(name)  # type: ignore[attr-defined,no-any-return]
+        return self._up().target(name)
 
     def restart(self, component: str, *, timeout: float) -> None:
         if self.hurry.is_set():
             log.warning("%s: restart skipped (signalled to hurry; the stack goes down)", component)
             return
         try:
-            self.stack.restart(component, timeout=timeout)  # type: ignore[attr-defined]
+            self._up().restart(component, timeout=timeout)
         except StackError:
             if not self.hurry.is_set():
                 raise
@@ -133,7 +139,7 @@ class Run:
         ).resolve()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ledger = Ledger.in_dir(self.run_dir)
-        self.stack: object | None = None
+        self.stack: StackDriver | None = None
         self.phase = Phase.SETUP
         self.active: dict[str, _ActiveFault] = {}
         self.fault_log: dict[str, JournalFault] = {
@@ -185,12 +191,12 @@ class Run:
 
     # ---- RunView for participants -------------------------------------------------
     def endpoints(self) -> dict[str, str]:
-        return self.stack.endpoints() if self.stack is not None else {}  # type: ignore[attr-defined]
+        return self.stack.endpoints() if self.stack is not None else {}
 
     def target(self, name: str) -> Target:
         if self.stack is None:
             raise StackError("the stack is not up")
-        return self.stack.target(name)  # type: ignore[attr-defined,no-any-return]
+        return self.stack.target(name)
 
     def event(self, kind: str, message: str = "", **data: object) -> None:
         fault = data.pop("fault", None)
@@ -229,16 +235,15 @@ class Run:
 
     def _interrupt_stack(self) -> None:
         # Only the process driver can cut its waits short; the others finish theirs.
-        interrupt = getattr(self.stack, "interrupt", None)
-        if interrupt is not None and self.options.shared_stack is None:
-            interrupt()
+        if isinstance(self.stack, Interruptible) and self.options.shared_stack is None:
+            self.stack.interrupt()
 
     def _check_stop(self) -> None:
         if self._stop.is_set():
             raise _Stopped
 
     # ---- the phases ---------------------------------------------------------------
-    def execute(self, stack_factory: Callable[[Run], object]) -> Journal:
+    def execute(self, stack_factory: Callable[[Run], StackDriver]) -> Journal:
         """Run every phase; always revert, stop the stack and write the journal."""
         try:
             self._set_phase(Phase.STACK_UP)
@@ -246,8 +251,8 @@ class Run:
             if self.options.shared_stack is not None:
                 self.stack = self.options.shared_stack
             else:
-                self.stack = stack_factory(self)
-                self.stack.up()  # type: ignore[attr-defined]
+                self.stack = stack = stack_factory(self)
+                stack.up()
             self._check_stop()
             self._describe_stack()
             self._start_participants()
@@ -300,17 +305,11 @@ class Run:
         )
 
     def _describe_stack(self) -> None:
-        describe = getattr(self.stack, "describe", None)
-        versions = getattr(self.stack, "versions", None)
+        if self.stack is None:
+            return
         try:
-            if describe is not None:
-                info = describe()
-                dump = (
-                    info.model_dump(mode="json") if isinstance(info, BaseModel) else _jsonable(info)
-                )
-                self.journal.stack = dump if isinstance(dump, dict) else {"info": dump}
-            if versions is not None:
-                self.journal.components = dict(versions())
+            self.journal.stack = self.stack.describe().model_dump(mode="json")
+            self.journal.components = dict(self.stack.versions())
         except Exception as exc:  # noqa: BLE001 - for the report only; logged and journaled
             self.error(f"could not describe the stack: {exc}")
 
@@ -558,7 +557,7 @@ class Run:
         self._set_phase(Phase.STACK_DOWN)
         if self.stack is not None and self.options.shared_stack is None:
             try:
-                self.stack.down()  # type: ignore[attr-defined]
+                self.stack.down()
             except Exception as exc:  # noqa: BLE001 - journaled; fails the run
                 self.error(f"stack down failed: {exc}")
         self._sweep()

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from faultday.core.plugins import DRIVERS, Registry
+from faultday.core.protocols import StackDriver
 from faultday.errors import FaultdayError, StackError, UsageError
 from faultday.scenario.loader import stack_ref
 
@@ -28,7 +29,7 @@ def build_stack(
     policy: str | None,
     driver: str = "process",
     driver_config: Path | None = None,
-) -> object:
+) -> StackDriver:
     """A stack for the profile ``stack`` names, run by ``driver``; not started yet."""
     try:
         from faultday.stack.profile import load_profile
@@ -46,10 +47,12 @@ def build_stack(
             raise UsageError(f"the {driver} driver takes no --driver-config")
         kwargs["config"] = loader(driver_config)
     profile = load_profile(stack_ref(stack, scenario_file), base_dir=base_dir)
-    return cls(profile, run_dir=run_dir, ledger=ledger, policy=policy, **kwargs)
+    # Drivers differ in their settings (``config``); what they build is a StackDriver.
+    built: StackDriver = cls(profile, run_dir=run_dir, ledger=ledger, policy=policy, **kwargs)
+    return built
 
 
-def default_stack_factory(run: Run) -> object:
+def default_stack_factory(run: Run) -> StackDriver:
     """The stack factory ``Run.execute`` uses by default."""
     spec = run.scenario.spec
     return build_stack(
@@ -77,10 +80,10 @@ class StackPool:
         self.base_dir = base_dir
         self.notes = notes
         self.key: tuple[str, str | None] | None = None
-        self.stack: object | None = None
+        self.stack: StackDriver | None = None
         self.count = 0
 
-    def get(self, loaded: LoadedScenario) -> object:
+    def get(self, loaded: LoadedScenario) -> StackDriver:
         from faultday.core.ledger import Ledger
         from faultday.engine.stacks import build_stack
         from faultday.scenario.loader import stack_ref
@@ -102,7 +105,7 @@ class StackPool:
             ledger=Ledger.in_dir(folder),
             policy=spec.policy,
         )
-        stack.up()  # type: ignore[attr-defined]
+        stack.up()
         self.stack, self.key = stack, key
         self.notes.append(
             f"stack {self.count} ({key[0]}, policy {key[1] or 'default'}) "
@@ -128,8 +131,10 @@ class StackPool:
             self.close()
 
     def _unready(self) -> str:
+        if self.stack is None:
+            return ""
         try:
-            info = self.stack.describe()  # type: ignore[union-attr]
+            info = self.stack.describe()
         except Exception as exc:  # noqa: BLE001 - a stack that cannot describe itself is not reused
             return f"cannot describe it: {exc}"
         bad = [c.name for c in info.components if c.health not in ("ready", "running")]
@@ -139,7 +144,7 @@ class StackPool:
         stack, self.stack, self.key = self.stack, None, None
         if stack is not None:
             try:
-                stack.down()  # type: ignore[attr-defined]
+                stack.down()
             except Exception as exc:
                 self.notes.append(f"stack down failed: {exc}")
                 log.exception("stack down failed")

@@ -10,31 +10,15 @@ idempotent and tolerate a fault that never took effect.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
 from faultday.core.plugins import INJECTORS, Registry
+from faultday.core.protocols import FaultContext
 from faultday.core.targets import Revert, Target, TargetKind
 
-
-class FaultContext(Protocol):
-    """What an injector may use besides its target: the run folder and the stack driver."""
-
-    @property
-    def run_dir(self) -> Path: ...
-
-    @property
-    def live(self) -> bool:
-        """False during ``faultday recover``: no stack driver, only the ledger's data."""
-        ...
-
-    def target(self, name: str) -> Target: ...
-
-    def restart(self, component: str, *, timeout: float) -> None:
-        """Restart a component through the stack driver and wait until it is ready."""
-        ...
+__all__ = ["FaultContext", "Injector", "NoParams", "injector_registry"]
 
 
 class NoParams(BaseModel):

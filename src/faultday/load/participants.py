@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
-
-from faultday.engine.participants import Participant, RunView
+from faultday.core.protocols import LoadHost, Participant, RunView
 from faultday.load.config import HttpRequestSpec, Workload
 from faultday.load.runner import LoadError, LoadOptions, LocustLoad
 from faultday.load.sink import SinkStats
@@ -12,13 +10,8 @@ from faultday.observe.scrape import MetricsScraper
 from faultday.observe.series import TimeSeriesWriter
 from faultday.scenario.models import LoadSpec, Scenario
 
-
-class LoadHost(Protocol):
-    """A stack driver that runs the load itself (the kubernetes driver: Locust as Jobs)."""
-
-    def load_participant(self, spec: LoadSpec, options: LoadOptions) -> Participant | None:
-        """The participant that runs this load, or None to run it beside the harness."""
-        ...
+# A stack driver that runs this load itself (the kubernetes driver: Locust as Jobs).
+ScenarioLoadHost = LoadHost[LoadSpec, LoadOptions]
 
 
 class ScenarioLoad(LocustLoad):
@@ -30,10 +23,9 @@ class ScenarioLoad(LocustLoad):
         self.delegate: Participant | None = None
 
     def start(self, run: RunView) -> None:
-        # The stack is known only now (participants are made before it): Run has it,
-        # RunView does not promise it, so look it up the way the scraper does.
-        hook = getattr(getattr(run, "stack", None), "load_participant", None)
-        delegate = hook(self.spec, self.options) if callable(hook) else None
+        # The stack is known only now (participants are made before it).
+        host: ScenarioLoadHost | None = run.stack if isinstance(run.stack, LoadHost) else None
+        delegate = host.load_participant(self.spec, self.options) if host is not None else None
         if delegate is None:
             super().start(run)
             return

@@ -1,8 +1,8 @@
 """The process driver: a stack profile brought up as supervised local processes.
 
-``Stack`` is what the engine codes against: ``up``/``down``/``restart``,
+``Stack`` implements ``faultday.core.protocols.StackDriver`` (``up``/``down``/``restart``,
 ``pause``/``resume``, ``target(name)`` for injectors, ``describe()`` for the
-journal and ``faultday stack status``.
+journal and ``faultday stack status``) and ``Interruptible``.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import httpx
-from pydantic import BaseModel, ConfigDict
 
 from faultday.core.ledger import RUN_TMP_DIR, Ledger
 from faultday.core.plugins import did_you_mean
+from faultday.core.stackinfo import ComponentInfo, EdgeInfo, StackInfo
 from faultday.core.targets import Target, TargetKind
 from faultday.errors import StackError
 from faultday.stack.components import ProbeKind
@@ -48,41 +48,7 @@ PROXY_API_TIMEOUT = 5.0
 LOG_DIR = "logs"
 TMP_DIR = RUN_TMP_DIR  # every component's TMPDIR; removed when the stack is down
 RUN_MARKER = "FAULTDAY_STACK_RUN"
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ComponentInfo(_Frozen):
-    name: str
-    type: str
-    url: str
-    admin_url: str
-    ports: dict[str, int]
-    pid: int | None
-    health: str  # ready, unready, paused, restarting, exited, stopped, not started
-    restarts: int
-    log: str
-
-
-class EdgeInfo(_Frozen):
-    name: str
-    src: str
-    dst: str
-    listen: str  # host:port the source connects to
-    upstream: str  # host:port of the destination
-    proxy_name: str
-    proxy_api: str
-
-
-class StackInfo(_Frozen):
-    profile: str
-    source: str
-    run_dir: str
-    policy: str
-    components: tuple[ComponentInfo, ...]
-    edges: tuple[EdgeInfo, ...]
+UP_TIMEOUT = 120.0  # seconds for every component to be ready, unless ``up`` is told otherwise
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +67,9 @@ _DISTS = {
 
 
 class Stack:
-    """A running (or runnable) instance of a stack profile on this machine."""
+    """A running (or runnable) instance of a stack profile on this machine (a StackDriver)."""
+
+    driver = "process"
 
     def __init__(
         self,
@@ -228,7 +196,7 @@ class Stack:
 
     # -- lifecycle --------------------------------------------------------------------
 
-    def up(self, *, timeout: float = 120.0) -> None:
+    def up(self, *, timeout: float | None = None) -> None:
         """Start every component in dependency order, independent ones in parallel."""
         if self._plan is not None:
             raise StackError("the stack is already up")
@@ -243,7 +211,7 @@ class Stack:
             },
             edge_ports={e: free_port() for e in self._edges} if self.proxied else {},
         )
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (UP_TIMEOUT if timeout is None else timeout)
         self._t_up = time.monotonic()
         self._ready_s = {}
         try:
