@@ -1,11 +1,13 @@
 """The native relay (``relay.c``) seen from Python: adopt, take back, handoffs.
 
 A connection whose first bytes are not an HTTP request, and on which only the
-timing toxics act (``latency``, ``bandwidth``; ``noop``), is relayed entirely by a
-C thread (epoll + splice(2), a timerfd for the toxics): no Python runs per chunk,
-and a connection that ends there is closed and counted there. Python decides which
-toxics act on each connection (toxicity is rolled per connection) and passes each
-direction's ``Timing``; when the toxics change, the proxy takes its connections
+stream toxics act (``latency``, ``bandwidth``, ``slicer``, ``limit_data``,
+``timeout``; ``noop``), is relayed entirely by a C thread (epoll + splice(2), a
+timerfd for the toxics): no Python runs per chunk, and a connection that ends there
+is closed and counted there. Python decides which toxics act on each connection
+(toxicity is rolled per connection) and passes each direction's ``Timing``; when a
+toxic closes a connection (limit_data, timeout) the relay's note says which, so
+the proxy counts it. When the toxics change, the proxy takes its connections
 back (``take``) and hands them over again with the new timing, or keeps them in
 Python when another toxic acts. The relay hands over connections whose first
 bytes are HTTP by itself (HTTP edges are framed and counted in Python). The
@@ -29,11 +31,13 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-ABI = 3
+ABI = 4
 LIBRARY = Path(__file__).with_name("_relay.so")
 ENV_SWITCH = "FAULTDAY_PROXY_NATIVE"
 _NOTE = struct.Struct("=Iiq")  # struct fr_note: kind, owner, connection id
-NOTE_CLOSED = 3
+NOTE_CLOSED, NOTE_LIMIT, NOTE_TIMEOUT = 3, 4, 5
+# What a close note says closed the connection: the toxic type it counts as acting.
+CLOSED_BY = {NOTE_LIMIT: "limit_data", NOTE_TIMEOUT: "timeout"}
 KIND_UNKNOWN, KIND_TCP, KIND_HTTP = 0, 1, 2
 TAKE_BATCH = 256
 
@@ -48,6 +52,7 @@ class _State(ctypes.Structure):
         ("pipe_r", ctypes.c_int32 * 2),
         ("pipe_w", ctypes.c_int32 * 2),
         ("in_pipe", ctypes.c_int64 * 2),
+        ("limited", ctypes.c_int64 * 2),
         ("eof", ctypes.c_int32 * 2),
         ("done", ctypes.c_int32 * 2),
         ("kind", ctypes.c_int32),
@@ -61,27 +66,47 @@ class _Params(ctypes.Structure):
         ("latency_ns", ctypes.c_int64),
         ("jitter_ns", ctypes.c_int64),
         ("rate", ctypes.c_int64),
+        ("slice_avg", ctypes.c_int64),
+        ("slice_var", ctypes.c_int64),
+        ("slice_delay_ns", ctypes.c_int64),
+        ("limit", ctypes.c_int64),
+        ("close_at", ctypes.c_int64),
         ("on", ctypes.c_int32),
         ("lat_first", ctypes.c_int32),
+        ("hold", ctypes.c_int32),
+        ("pad", ctypes.c_int32),
     ]
 
 
 @dataclass(frozen=True, slots=True)
 class Timing:
-    """One direction's timing toxics, as the relay applies them."""
+    """One direction's stream toxics, as the relay applies them."""
 
     latency_ms: int = 0
     jitter_ms: int = 0
     rate_kbps: int = 0  # Toxiproxy's bandwidth unit, KB/s; 0 = none
     latency_first: bool = True  # the latency toxic precedes the bandwidth one
+    slice_average: int = 0  # slicer's average_size (bytes); 0 = no slicer
+    slice_variation: int = 0
+    slice_delay_us: int = 0
+    limit: int = -1  # limit_data: bytes it still lets through; -1 = none
+    hold: bool = False  # timeout: nothing passes
+    close_at: float = 0.0  # timeout: time.monotonic() it closes the connection at; 0 = never
 
     def _params(self) -> _Params:
+        # time.monotonic() is CLOCK_MONOTONIC on Linux, the relay's clock.
         return _Params(
-            self.latency_ms * 1_000_000,
-            self.jitter_ms * 1_000_000,
-            self.rate_kbps * 1000,
-            1,
-            int(self.latency_first),
+            latency_ns=self.latency_ms * 1_000_000,
+            jitter_ns=self.jitter_ms * 1_000_000,
+            rate=self.rate_kbps * 1000,
+            slice_avg=self.slice_average,
+            slice_var=self.slice_variation,
+            slice_delay_ns=self.slice_delay_us * 1000,
+            limit=self.limit,
+            close_at=max(1, int(self.close_at * 1e9)) if self.close_at else 0,
+            on=1,
+            lat_first=int(self.latency_first),
+            hold=int(self.hold),
         )
 
 
@@ -91,6 +116,7 @@ class DirectionState:
     in_pipe: int
     eof: bool
     done: bool
+    limited: int = 0  # bytes a limit_data toxic let through while the relay held it
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +178,9 @@ def available() -> bool:
 def _released(st: _State) -> Released:
     def direction(i: int) -> DirectionState:
         pipe = (st.pipe_r[i], st.pipe_w[i]) if st.pipe_r[i] >= 0 else None
-        return DirectionState(pipe, int(st.in_pipe[i]), bool(st.eof[i]), bool(st.done[i]))
+        return DirectionState(
+            pipe, int(st.in_pipe[i]), bool(st.eof[i]), bool(st.done[i]), int(st.limited[i])
+        )
 
     return Released(
         owner=int(st.owner),
@@ -183,7 +211,7 @@ class NativeRelay:
         lib: ctypes.CDLL,
         loop: asyncio.AbstractEventLoop,
         on_handoff: Callable[[Released], None],
-        on_closed: Callable[[int, int], None],
+        on_closed: Callable[[int, int, str | None], None],
     ) -> None:
         self._lib = lib
         self._loop = loop
@@ -205,7 +233,7 @@ class NativeRelay:
         cls,
         loop: asyncio.AbstractEventLoop,
         on_handoff: Callable[[Released], None],
-        on_closed: Callable[[int, int], None],
+        on_closed: Callable[[int, int, str | None], None],
     ) -> NativeRelay | None:
         """The relay, or None where it is not built or switched off (Python relays then)."""
         lib = _load()
@@ -274,8 +302,8 @@ class NativeRelay:
         whole = len(data) - len(data) % _NOTE.size
         self._partial = data[whole:]
         for kind, owner, conn_id in _NOTE.iter_unpack(data[:whole]):
-            if kind == NOTE_CLOSED:
-                self._on_closed(owner, conn_id)
+            if kind == NOTE_CLOSED or kind in CLOSED_BY:
+                self._on_closed(owner, conn_id, CLOSED_BY.get(kind))
         # Which connections to hand over is asked of the relay, not read from notes.
         while n := self._lib.fr_take_handoffs(self._handle, self._states, TAKE_BATCH):
             for i in range(n):

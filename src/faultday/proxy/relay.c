@@ -119,7 +119,7 @@ struct fr_dir {
     int eof;         /* src ended */
     int done;        /* everything passed on and dst half-closed */
     struct fr_slicer *slicer; /* only when tox.slice_avg > 0 */
-    int64_t limited;          /* bytes read while limit_data acts (Python's count) */
+    int64_t limited;          /* bytes limit_data let through (written) in this adoption */
     int limit_hit;            /* limit_data reached: close once the pipe is empty */
 };
 
@@ -219,12 +219,17 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static int64_t jitter(struct fr_relay *r, int64_t span) {
-    /* Uniform in [-span, span]; xorshift64 is plenty for a fault injector. */
+static uint64_t rnd(struct fr_relay *r) {
+    /* xorshift64 is plenty for a fault injector */
     r->rng ^= r->rng << 13;
     r->rng ^= r->rng >> 7;
     r->rng ^= r->rng << 17;
-    return (int64_t)(r->rng % (uint64_t)(2 * span + 1)) - span;
+    return r->rng;
+}
+
+static int64_t jitter(struct fr_relay *r, int64_t span) {
+    /* Uniform in [-span, span]. */
+    return (int64_t)(rnd(r) % (uint64_t)(2 * span + 1)) - span;
 }
 
 static void arm(struct fr_relay *r, int64_t when) {
@@ -411,6 +416,8 @@ static void push_chunk(struct fr_relay *r, struct fr_dir *dir, int64_t n, int64_
         if (dir->bw_end - BW_SLACK_NS > due)
             due = dir->bw_end - BW_SLACK_NS;
     }
+    if (p->hold)
+        due = FOREVER;
     if (due < dir->last_due)
         due = dir->last_due;
     dir->last_due = due;
@@ -420,20 +427,104 @@ static void push_chunk(struct fr_relay *r, struct fr_dir *dir, int64_t n, int64_
     dir->count++;
 }
 
-/* Pass on every chunk of a timed direction that is due at `now`, in one splice. */
+/* slicer: the next piece of the head chunk (`n` bytes, cut `len` long at first).
+ * Toxiproxy's SlicerToxic.chunk, depth-first and one piece at a time: a span
+ * longer than average + variation is halved, the cut moved by [-var, var). */
+static int64_t next_piece(struct fr_relay *r, struct fr_dir *dir, int64_t len) {
+    struct fr_slicer *sl = dir->slicer;
+    const struct fr_params *p = &dir->tox;
+    if (!sl->started) {
+        sl->started = 1;
+        sl->depth = 1;
+        sl->stack[0][0] = 0;
+        sl->stack[0][1] = len;
+    }
+    if (sl->depth == 0) /* every piece was cut: cannot happen while the chunk has bytes */
+        return len;
+    sl->depth--;
+    int64_t s = sl->stack[sl->depth][0], e = sl->stack[sl->depth][1];
+    while (e - s - p->slice_avg > p->slice_var && e - s > 1 && sl->depth < SLICE_DEPTH) {
+        int64_t mid = s + (e - s) / 2;
+        if (p->slice_var > 0)
+            mid += (int64_t)(rnd(r) % (uint64_t)(2 * p->slice_var)) - p->slice_var;
+        if (mid <= s)
+            mid = s + 1; /* Toxiproxy would cut an empty or negative piece (and panic) */
+        if (mid >= e)
+            mid = e - 1;
+        sl->stack[sl->depth][0] = mid;
+        sl->stack[sl->depth][1] = e;
+        sl->depth++;
+        e = mid;
+    }
+    return e - s;
+}
+
+/* When the head chunk (or its next piece) may leave; FOREVER: held. */
+static int64_t head_due(const struct fr_dir *dir) {
+    int64_t due = dir->ring[dir->head].due;
+    if (dir->slicer && dir->slicer->left == 0 && dir->slicer->next > due && due != FOREVER)
+        due = dir->slicer->next;
+    return due;
+}
+
+/* limit_data: everything it let through has been written; close as Toxiproxy does. */
+static void limit_reached(struct fr_relay *r, struct fr_conn *c, int d) {
+    shutdown(c->dir[d].dst, SHUT_WR); /* the FIN goes after the last byte it allowed */
+    close_conn_why(r, c, NOTE_LIMIT);
+}
+
+/* How many due bytes to pass in one splice; 0 = nothing is due. Without a slicer every
+ * due chunk goes at once; with one, a single piece (each piece is its own write). */
+static int64_t due_now(struct fr_relay *r, struct fr_dir *dir, int64_t now) {
+    if (dir->slicer) {
+        struct fr_slicer *sl = dir->slicer;
+        if (sl->left == 0) {
+            if (head_due(dir) > now)
+                return 0;
+            sl->left = next_piece(r, dir, dir->ring[dir->head].n);
+        }
+        return sl->left;
+    }
+    int64_t due_bytes = 0;
+    for (int i = 0; i < dir->count; i++) {
+        const struct fr_chunk *ch = &dir->ring[(dir->head + i) % RING];
+        if (ch->due > now)
+            break;
+        due_bytes += ch->n;
+    }
+    return due_bytes;
+}
+
+/* The chunks that left (the last one maybe in part); a slicer's piece, done or not. */
+static void consume(struct fr_dir *dir, int64_t m, int64_t now) {
+    if (dir->slicer) {
+        struct fr_slicer *sl = dir->slicer;
+        sl->left -= m;
+        if (sl->left == 0)
+            sl->next = now + dir->tox.slice_delay_ns;
+    }
+    while (m > 0) {
+        struct fr_chunk *ch = &dir->ring[dir->head];
+        int64_t took = ch->n < m ? ch->n : m;
+        ch->n -= took;
+        m -= took;
+        if (ch->n == 0) {
+            dir->head = (dir->head + 1) % RING;
+            dir->count--;
+            if (dir->slicer)
+                dir->slicer->started = 0; /* the next chunk is halved afresh */
+        }
+    }
+}
+
+/* Pass on what is due at `now`: every due chunk in one splice, or the slicer's pieces. */
 static void flush_timed(struct fr_relay *r, struct fr_conn *c, int d, int64_t now) {
     struct fr_dir *dir = &c->dir[d];
     while (dir->count > 0) {
-        int64_t due_bytes = 0;
-        for (int i = 0; i < dir->count; i++) {
-            const struct fr_chunk *ch = &dir->ring[(dir->head + i) % RING];
-            if (ch->due > now)
-                break;
-            due_bytes += ch->n;
-        }
-        if (due_bytes == 0)
+        int64_t want = due_now(r, dir, now);
+        if (want == 0)
             break;
-        ssize_t m = splice(dir->pipe_r, NULL, dir->dst, NULL, (size_t)due_bytes, SPLICE_FLAGS);
+        ssize_t m = splice(dir->pipe_r, NULL, dir->dst, NULL, (size_t)want, SPLICE_FLAGS);
         if (m < 0) {
             if (errno == EAGAIN) {
                 dir->wblocked = 1;
@@ -452,19 +543,18 @@ static void flush_timed(struct fr_relay *r, struct fr_conn *c, int d, int64_t no
         dir->stalled = 0; /* the pipe has room again */
         dir->in_pipe -= m;
         c->counters[2 * d + 1] += (uint64_t)m;
-        while (m > 0) { /* the chunks that left, the last one maybe in part */
-            struct fr_chunk *ch = &dir->ring[dir->head];
-            int64_t took = ch->n < m ? ch->n : m;
-            ch->n -= took;
-            m -= took;
-            if (ch->n == 0) {
-                dir->head = (dir->head + 1) % RING;
-                dir->count--;
-            }
-        }
+        if (dir->tox.limit >= 0)
+            dir->limited += m;
+        if (dir->slicer && dir->tox.slice_delay_ns > 0 && m == want)
+            now = now_ns(); /* the delay runs from when the piece left */
+        consume(dir, m, now);
     }
     dir->wblocked = 0;
-    if (dir->count == 0 && dir->eof && !dir->done)
+    if (dir->count > 0)
+        return;
+    if (dir->limit_hit)
+        limit_reached(r, c, d);
+    else if (dir->eof && !dir->done)
         finish(r, c, d);
 }
 
@@ -500,6 +590,19 @@ static void pump(struct fr_relay *r, struct fr_conn *c, int d) {
     size_t want = PIPE_SIZE;
     if (dir->tox.on && dir->tox.rate > 0 && dir->tox.rate / 10 < (int64_t)want)
         want = dir->tox.rate >= 10 ? (size_t)(dir->tox.rate / 10) : 1; /* 100 ms a piece */
+    if (dir->tox.on && dir->tox.limit >= 0) {
+        /* limit_data: read no more than it lets through. Its first data (or EOF) after
+         * the limit is reached closes the connection, as Toxiproxy's does. */
+        int64_t room = dir->tox.limit - dir->limited - dir->in_pipe;
+        if (room <= 0) {
+            dir->limit_hit = 1;
+            if (dir->count == 0)
+                limit_reached(r, c, d);
+            return;
+        }
+        if ((int64_t)want > room)
+            want = (size_t)room;
+    }
     ssize_t n = splice(dir->src, NULL, dir->pipe_w, NULL, want, SPLICE_FLAGS);
     if (n < 0) {
         if (errno == EAGAIN || errno == EINTR) {
@@ -520,6 +623,8 @@ static void pump(struct fr_relay *r, struct fr_conn *c, int d) {
     c->counters[2 * d] += (uint64_t)n;
     if (dir->tox.on) {
         dir->in_pipe += n;
+        if (dir->tox.limit >= 0)
+            dir->limit_hit = dir->limited + dir->in_pipe >= dir->tox.limit;
         int64_t now = now_ns();
         push_chunk(r, dir, n, now);
         flush_timed(r, c, d, now);
@@ -555,6 +660,15 @@ static void handle(struct fr_relay *r, struct fr_conn *c, int side, uint32_t eve
         update_interest(r, c, (events & EPOLLHUP) ? (1u << side) : 0);
 }
 
+/* The timeout toxic's close: the earlier of the two directions'; 0 = none. */
+static int64_t closes_at(const struct fr_conn *c) {
+    int64_t a = c->dir[UP].tox.on ? c->dir[UP].tox.close_at : 0;
+    int64_t b = c->dir[DOWN].tox.on ? c->dir[DOWN].tox.close_at : 0;
+    if (a == 0 || (b != 0 && b < a))
+        return b;
+    return a;
+}
+
 /* Pass on what is due on every timed connection; arm the timer for what is next. */
 static void run_timed(struct fr_relay *r) {
     int64_t now = now_ns();
@@ -562,6 +676,14 @@ static void run_timed(struct fr_relay *r) {
     struct fr_conn *c = r->timed;
     while (c) {
         struct fr_conn *tnext = c->tnext; /* c may close (and leave the list) here */
+        int64_t close_at = closes_at(c);
+        if (close_at && close_at <= now) {
+            close_conn_why(r, c, NOTE_TIMEOUT);
+            c = tnext;
+            continue;
+        }
+        if (close_at && (next == 0 || close_at < next))
+            next = close_at;
         for (int d = 0; d < 2 && c->state == LIVE; d++) {
             struct fr_dir *dir = &c->dir[d];
             if (dir->tox.on && dir->count > 0 && !dir->wblocked)
@@ -572,8 +694,8 @@ static void run_timed(struct fr_relay *r) {
         for (int d = 0; d < 2 && c->state == LIVE; d++) {
             struct fr_dir *dir = &c->dir[d];
             if (dir->tox.on && dir->count > 0 && !dir->wblocked) {
-                int64_t due = dir->ring[dir->head].due;
-                if (next == 0 || due < next)
+                int64_t due = head_due(dir);
+                if (due != FOREVER && (next == 0 || due < next))
                     next = due;
             }
         }
@@ -582,13 +704,19 @@ static void run_timed(struct fr_relay *r) {
     arm(r, next);
 }
 
+static void free_conn(struct fr_conn *c) {
+    for (int d = 0; d < 2; d++) {
+        free(c->dir[d].ring);
+        free(c->dir[d].slicer);
+    }
+    free(c);
+}
+
 static void free_zombies(struct fr_relay *r) {
     while (r->zombies) {
         struct fr_conn *z = r->zombies;
         r->zombies = z->next_zombie;
-        free(z->dir[UP].ring);
-        free(z->dir[DOWN].ring);
-        free(z);
+        free_conn(z);
     }
 }
 
@@ -698,6 +826,11 @@ static int set_timing(struct fr_conn *c, const struct fr_params *params) {
         c->dir[d].ring = calloc(RING, sizeof(struct fr_chunk));
         if (!c->dir[d].ring)
             return -1;
+        if (params[d].slice_avg > 0) {
+            c->dir[d].slicer = calloc(1, sizeof(struct fr_slicer));
+            if (!c->dir[d].slicer)
+                return -1;
+        }
     }
     return 0;
 }
@@ -728,17 +861,20 @@ int fr_adopt(struct fr_relay *r, int client, int upstream, uint64_t *counters, i
         c->dir[s].in_pipe = st ? st->in_pipe[s] : 0;
     }
     if (set_timing(c, params) < 0) {
-        free(c->dir[UP].ring);
-        free(c->dir[DOWN].ring);
-        free(c);
+        free_conn(c);
         errno = ENOMEM;
         return -1;
     }
     pthread_mutex_lock(&r->lock);
     int64_t now = now_ns();
-    for (int d = 0; d < 2; d++)
-        if (c->dir[d].tox.on && c->dir[d].in_pipe > 0)
-            push_chunk(r, &c->dir[d], c->dir[d].in_pipe, now);
+    for (int d = 0; d < 2; d++) {
+        struct fr_dir *dir = &c->dir[d];
+        if (dir->tox.on && dir->in_pipe > 0)
+            push_chunk(r, dir, dir->in_pipe, now);
+        /* Python keeps a pipe holding more than limit_data allows (it counts exactly). */
+        if (dir->tox.on && dir->tox.limit >= 0 && dir->in_pipe > 0)
+            dir->limit_hit = dir->in_pipe >= dir->tox.limit;
+    }
     for (int s = 0; s < 2; s++) {
         uint32_t want = interest_of(c, s);
         struct epoll_event ev = {.events = want, .data.ptr = &c->end[s]};
@@ -746,9 +882,7 @@ int fr_adopt(struct fr_relay *r, int client, int upstream, uint64_t *counters, i
             int err = errno;
             unregister(r, c);
             pthread_mutex_unlock(&r->lock);
-            free(c->dir[UP].ring);
-            free(c->dir[DOWN].ring);
-            free(c);
+            free_conn(c);
             errno = err;
             return -1;
         }
@@ -763,10 +897,13 @@ int fr_adopt(struct fr_relay *r, int client, int upstream, uint64_t *counters, i
         timed_link(r, c);
     for (int d = 0; d < 2; d++)
         if (c->dir[d].tox.on && c->dir[d].count > 0) {
-            int64_t due = c->dir[d].ring[c->dir[d].head].due;
-            if (r->armed == 0 || due < r->armed)
+            int64_t due = head_due(&c->dir[d]);
+            if (due != FOREVER && (r->armed == 0 || due < r->armed))
                 arm(r, due);
         }
+    int64_t close_at = closes_at(c);
+    if (close_at && (r->armed == 0 || close_at < r->armed))
+        arm(r, close_at);
     pthread_mutex_unlock(&r->lock);
     return 0;
 }
@@ -778,6 +915,7 @@ static void hand_back(struct fr_relay *r, struct fr_conn *c, struct fr_state *st
         st->pipe_r[s] = c->dir[s].pipe_r;
         st->pipe_w[s] = c->dir[s].pipe_w;
         st->in_pipe[s] = c->dir[s].in_pipe;
+        st->limited[s] = c->dir[s].limited;
         st->eof[s] = c->dir[s].eof;
         st->done[s] = c->dir[s].done;
     }
@@ -835,9 +973,7 @@ void fr_close(struct fr_relay *r) {
             }
         }
         r->conns = c->next;
-        free(c->dir[UP].ring);
-        free(c->dir[DOWN].ring);
-        free(c);
+        free_conn(c);
     }
     free_zombies(r);
     for (int i = 0; i < r->pooled; i++) {

@@ -45,7 +45,16 @@ from faultday.proxy.models import (
     StreamStallAttrs,
     TimeoutAttrs,
 )
-from faultday.proxy.toxics import Link, Toxic, applies, native_timing, relays_natively
+from faultday.proxy.toxics import (
+    Link,
+    Toxic,
+    applies,
+    limit_left,
+    limit_link,
+    native_timing,
+    relays_natively,
+    slice_sizes,
+)
 
 if TYPE_CHECKING:
     from faultday.proxy.native import DirectionState, Released
@@ -137,6 +146,8 @@ class Connection:
         self.closed = False
         self.native = False  # the native relay holds its sockets (see Proxy.native_conns)
         self.links: dict[int, Link] = {}
+        # The limit_data links the relay counts for, while it holds the connection.
+        self.native_limits: tuple[Link | None, Link | None] = (None, None)
         self.up = Direction(self, client, upstream, Stream.UPSTREAM)
         self.down = Direction(self, upstream, client, Stream.DOWNSTREAM)
         # HTTP: what answers each forwarded/refused request, in order; None = the
@@ -149,10 +160,15 @@ class Connection:
         self.up.start()
         self.down.start()
 
-    def rebind(self, client: socket.socket, upstream: socket.socket) -> None:
+    def rebind(self, released: Released) -> None:
         """The native relay handed this tracked connection back: its new socket objects."""
+        client, upstream = released.client, released.upstream
         self.client, self.upstream = client, upstream
         self.native = False
+        for link, state in zip(self.native_limits, (released.up, released.down), strict=True):
+            if link is not None:
+                link.passed += state.limited  # what the relay let through counts on
+        self.native_limits = (None, None)
         self.links = {k: lk for k, lk in self.links.items() if lk.toxic.active}
         self.up = Direction(self, client, upstream, Stream.UPSTREAM)
         self.down = Direction(self, upstream, client, Stream.DOWNSTREAM)
@@ -168,6 +184,12 @@ class Connection:
         up, down = self.chain(Stream.UPSTREAM), self.chain(Stream.DOWNSTREAM)
         if not (relays_natively(up) and relays_natively(down)):
             return False
+        limits = (limit_link(up), limit_link(down))
+        if state is not None and any(
+            lk is not None and d.in_pipe > limit_left(lk)
+            for lk, d in zip(limits, (state.up, state.down), strict=True)
+        ):
+            return False  # bytes read before limit_data came exceed it: Python counts them
         conn_id = proxy.next_conn_id() if proxy.toxics else 0  # untracked: nothing to redo
         if not relay.adopt(
             proxy.native_id,
@@ -180,6 +202,7 @@ class Connection:
         ):
             return False
         self.native = True
+        self.native_limits = limits
         proxy.went_native(self, conn_id)
         return True
 
@@ -858,20 +881,18 @@ class Direction:
     async def _slicer(
         self, chain: list[Link], i: int, ts: float, data: bytes, *, link: Link, attrs: SlicerAttrs
     ) -> None:
+        """Toxiproxy's slicer: the chunk halved into pieces, ``delay`` µs after each one."""
         view = memoryview(data)
-        first = True
-        while view:
+        for size in slice_sizes(len(data), attrs.average_size, attrs.size_variation):
             if not link.live:
-                await self._through(chain, i + 1, ts, bytes(view))
-                return
-            var = attrs.size_variation
-            size = max(1, attrs.average_size + (random.randint(-var, var) if var else 0))  # noqa: S311
+                break
             piece = bytes(view[:size])
             view = view[size:]
-            if not first and attrs.delay:
-                await self._sleep_until(time.monotonic() + attrs.delay / 1e6)
-            first = False
             await self._through(chain, i + 1, ts, piece)
+            if attrs.delay:
+                await self._sleep_until(time.monotonic() + attrs.delay / 1e6)
+        if view:  # removed mid-chunk: the rest goes on whole, as Toxiproxy's does
+            await self._through(chain, i + 1, ts, bytes(view))
 
     async def _limit_data(
         self,

@@ -258,7 +258,7 @@ class Proxy:
             conn = Connection(self, released.client, released.upstream)
             self.connections.add(conn)
         else:
-            conn.rebind(released.client, released.upstream)
+            conn.rebind(released)
         conn.resume(released, http=released.kind == KIND_HTTP)
 
     def drop_released(self, released: Released) -> None:
@@ -280,8 +280,13 @@ class Proxy:
         else:
             self.connections.discard(conn)  # the relay counts its close
 
-    def native_closed(self, conn_id: int) -> None:
-        """The relay closed (and counted) a tracked connection: forget it."""
+    def native_closed(self, conn_id: int, closed_by: str | None = None) -> None:
+        """The relay closed (and counted) a tracked connection: forget it.
+
+        ``closed_by``: the toxic type that closed it (limit_data, timeout), counted as acting.
+        """
+        if closed_by is not None:
+            self.counters.acted(closed_by)
         conn = self.native_conns.pop(conn_id, None)
         if conn is not None:
             self.connections.discard(conn)
@@ -420,10 +425,10 @@ class ProxyServer:
         else:
             proxy.adopt_native(released)
 
-    def _native_closed(self, owner: int, conn_id: int) -> None:
+    def _native_closed(self, owner: int, conn_id: int, closed_by: str | None) -> None:
         proxy = next((p for p in self.proxies.values() if p.native_id == owner), None)
         if proxy is not None:
-            proxy.native_closed(conn_id)
+            proxy.native_closed(conn_id, closed_by)
 
     def shutdown(self) -> None:
         """Ask ``serve()`` to return; callable from any thread."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel, JsonValue
 
@@ -14,7 +14,10 @@ from faultday.proxy.models import (
     BandwidthAttrs,
     HttpErrorAttrs,
     LatencyAttrs,
+    LimitDataAttrs,
+    SlicerAttrs,
     Stream,
+    TimeoutAttrs,
     ToxicSpec,
 )
 from faultday.proxy.native import Timing
@@ -22,8 +25,8 @@ from faultday.proxy.native import Timing
 TCP_TYPES = frozenset(
     {"latency", "bandwidth", "slow_close", "timeout", "reset_peer", "slicer", "limit_data", "noop"}
 )
-# What the native relay applies itself (one latency and one bandwidth toxic per direction).
-NATIVE_TYPES = frozenset({"latency", "bandwidth", "noop"})
+# What the native relay applies itself (at most one toxic of each type per direction).
+NATIVE_TYPES = frozenset({"latency", "bandwidth", "slicer", "limit_data", "timeout", "noop"})
 
 
 class Toxic:
@@ -109,35 +112,73 @@ def applies(toxic: Toxic, stream: Stream, *, http: bool) -> bool:
     return stream is (Stream.UPSTREAM if toxic.is_http else Stream.DOWNSTREAM)
 
 
+def slice_sizes(n: int, average: int, variation: int) -> list[int]:
+    """The slicer's pieces of an ``n``-byte chunk, as Toxiproxy 2.12 cuts them.
+
+    A span longer than ``average + variation`` is halved, the cut moved by
+    ``[-variation, variation)``, and each half cut again (relay.c does the same,
+    one piece at a time). A cut is kept inside the span: Toxiproxy's would make an
+    empty or negative piece there, and panic.
+    """
+    out: list[int] = []
+    spans = [(0, n)]
+    while spans:
+        start, end = spans.pop()
+        while end - start - average > variation and end - start > 1:
+            mid = start + (end - start) // 2
+            if variation:
+                mid += random.randrange(2 * variation) - variation  # noqa: S311
+            mid = min(max(mid, start + 1), end - 1)
+            spans.append((mid, end))
+            end = mid
+        out.append(end - start)
+    return out
+
+
 def relays_natively(chain: list[Link]) -> bool:
     """Can the native relay apply this direction's toxics (as ``native_timing`` says)?"""
     types = [lk.toxic.type for lk in chain if lk.live]
-    return (
-        all(t in NATIVE_TYPES for t in types)
-        and types.count("latency") <= 1
-        and types.count("bandwidth") <= 1
-    )
+    return all(t in NATIVE_TYPES for t in types) and len(types) == len(set(types))
 
 
 def native_timing(chain: list[Link]) -> Timing | None:
     """The native relay's parameters for a direction ``relays_natively``; None: no toxic acts."""
-    latency: LatencyAttrs | None = None
-    rate = 0
-    latency_first = True
+    timing: Timing | None = None
+    seen_latency = False
     for link in chain:
         attrs = link.toxic.attrs
         if not link.live:
             continue
+        t = timing or Timing()
         if isinstance(attrs, LatencyAttrs):
-            latency = attrs
+            seen_latency = True
+            timing = replace(t, latency_ms=attrs.latency, jitter_ms=attrs.jitter)
         elif isinstance(attrs, BandwidthAttrs) and attrs.rate > 0:  # 0 = unlimited
-            rate = attrs.rate
-            latency_first = latency is not None
-    if latency is None and not rate:
-        return None
-    return Timing(
-        latency_ms=latency.latency if latency else 0,
-        jitter_ms=latency.jitter if latency else 0,
-        rate_kbps=rate,
-        latency_first=latency_first,
+            timing = replace(t, rate_kbps=attrs.rate, latency_first=seen_latency)
+        elif isinstance(attrs, SlicerAttrs) and attrs.average_size > 0:  # 0: passes all
+            timing = replace(
+                t,
+                slice_average=attrs.average_size,
+                slice_variation=attrs.size_variation,
+                slice_delay_us=attrs.delay,
+            )
+        elif isinstance(attrs, LimitDataAttrs):
+            timing = replace(t, limit=limit_left(link))
+        elif isinstance(attrs, TimeoutAttrs):
+            close_at = link.attached + attrs.timeout / 1000.0 if attrs.timeout > 0 else 0.0
+            timing = replace(t, hold=True, close_at=close_at)
+    return timing
+
+
+def limit_link(chain: list[Link]) -> Link | None:
+    """The live limit_data toxic of a direction (``relays_natively``: one at most)."""
+    return next(
+        (lk for lk in chain if lk.live and isinstance(lk.toxic.attrs, LimitDataAttrs)), None
     )
+
+
+def limit_left(link: Link) -> int:
+    """The bytes a limit_data link still lets through."""
+    attrs = link.toxic.attrs
+    assert isinstance(attrs, LimitDataAttrs)
+    return max(0, attrs.bytes - link.passed)
