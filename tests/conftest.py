@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import subprocess
 import sys
@@ -67,9 +69,11 @@ def no_leftovers(tmp_path: Path) -> Iterator[None]:
     which lives there, on its command line).
     """
     yield
-    left = processes_mentioning(str(tmp_path))
+    # One still exiting on its own (seen as it turned zombie) is not left behind: give it 2 s.
+    _gone, left = psutil.wait_procs(processes_mentioning(str(tmp_path)), timeout=2)
     for proc in left:
-        proc.kill()
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
     assert not left, f"processes left behind: {[p.pid for p in left]}"
 
 

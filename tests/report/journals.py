@@ -15,6 +15,7 @@ from faultday.core.journal import (
     RunVerdict,
 )
 from faultday.core.records import RequestRecord
+from faultday.core.vocab import WindowKind
 from faultday.observe.series import derived, write_csv
 
 XSS = "<script>document.title='pwned';console.error('xss ran')</script><img src=x onerror=alert(1)>"
@@ -171,9 +172,16 @@ def _base(run_dir: Path, name: str, *, started: float) -> Journal:
         started=started,
         t0_wall=t0,
         windows=[
-            JournalWindow(kind="baseline", label="baseline", start=0, end=20),
-            JournalWindow(kind="fault", label="during xid79", start=20, end=40, fault="xid79"),
-            JournalWindow(kind="recovery", label="after xid79", start=40, end=60, fault="xid79"),
+            # The windows make_plan() writes for this scenario (test_charts.py keeps them equal).
+            JournalWindow(kind=WindowKind.RUN, label="whole run", start=0, end=60),
+            JournalWindow(kind=WindowKind.BASELINE, label="baseline", start=0, end=20),
+            JournalWindow(kind=WindowKind.RECOVERED, label="after recovery", start=50, end=60),
+            JournalWindow(
+                kind=WindowKind.FAULT, label="during xid79", start=20, end=40, fault="xid79"
+            ),
+            JournalWindow(
+                kind=WindowKind.AFTER, label="after xid79", start=40, end=60, fault="xid79"
+            ),
         ],
         events=ev,
     )

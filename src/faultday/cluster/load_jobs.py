@@ -36,6 +36,7 @@ from faultday.cluster.config import (
 )
 from faultday.core.ledger import Ledger
 from faultday.core.targets import Revert
+from faultday.core.vocab import EventKind
 from faultday.errors import FaultdayError
 from faultday.load.config import LoadConfig, Workload
 from faultday.load.runner import (
@@ -309,7 +310,7 @@ class KubernetesLoad:
         if is_loopback(sink):
             log.warning("load pods are told to send to %s, a loopback address", sink)
             run.event(
-                "load.sink_loopback",
+                EventKind.LOAD_SINK_LOOPBACK,
                 f"load pods send to {sink}: reachable only where pods share the harness' "
                 "network (set load.sink_bind/sink_advertise in the driver config)",
                 sink=sink,
@@ -337,7 +338,7 @@ class KubernetesLoad:
             extra = f"; cleanup: {'; '.join(errors)}" if errors else ""
             raise LoadError(f"could not start the load Jobs: {exc}{extra}") from exc
         run.event(
-            "load.started",
+            EventKind.LOAD_STARTED,
             f"{self.workload}, {self.spec.users} users, {self.spec.shape}, "
             f"Kubernetes Jobs: master + {self.workers} workers in {self.stack.namespace}",
             workers=self.workers,
@@ -386,7 +387,9 @@ class KubernetesLoad:
                 break
             time.sleep(min(POLL, max(0.0, deadline - time.monotonic())))
         if cancelled:
-            self._event("load.jobs_cancelled", "the run ended early; the load Jobs are deleted")
+            self._event(
+                EventKind.LOAD_JOBS_CANCELLED, "the run ended early; the load Jobs are deleted"
+            )
             return
         for name, state in self.jobs.items():
             if state is None:
@@ -398,7 +401,7 @@ class KubernetesLoad:
                 )
             elif not state.finished:
                 self._event(
-                    "load.jobs_unfinished",
+                    EventKind.LOAD_JOBS_UNFINISHED,
                     f"{name} still {state.describe()} after {wait:.0f}s; deleted",
                 )
 
@@ -435,7 +438,7 @@ class KubernetesLoad:
             self._ledger.cleanup_done(self._cleanup, ok=True)
             self._cleanup = None
 
-    def _event(self, kind: str, message: str, **data: object) -> None:
+    def _event(self, kind: EventKind, message: str, **data: object) -> None:
         if self._run is not None:
             self._run.event(kind, message, **data)
 
@@ -453,7 +456,7 @@ class KubernetesLoad:
         for e in errors:
             run.error(f"load on Kubernetes: {e}")
         run.event(
-            "load.stopped",
+            EventKind.LOAD_STOPPED,
             f"{s.events} requests recorded from {s.connections} load pods",
             requests=s.events,
             bad_lines=s.bad_lines,

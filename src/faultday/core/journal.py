@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import json
 import os
-from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from faultday.core.vocab import RunVerdict, Section, Verdict, WindowKind
+
+__all__ = [
+    "JOURNAL_NAME",
+    "JOURNAL_VERSION",
+    "Journal",
+    "JournalCheck",
+    "JournalEvent",
+    "JournalFault",
+    "JournalWindow",
+    "RunVerdict",
+    "read_journal",
+]
+
 JOURNAL_VERSION = 1
 JOURNAL_NAME = "journal.json"
-
-
-class RunVerdict(StrEnum):
-    RUNNING = "running"  # only ever seen in a journal whose harness died
-    PASSED = "passed"
-    FAILED = "failed"
-    ABORTED = "aborted"
-    ERROR = "error"
 
 
 class _M(BaseModel):
@@ -36,7 +41,7 @@ class JournalEvent(_M):
 
 
 class JournalWindow(_M):
-    kind: str
+    kind: WindowKind
     label: str
     start: float
     end: float
@@ -57,11 +62,11 @@ class JournalFault(_M):
 
 
 class JournalCheck(_M):
-    section: str  # steady_state | expect | abort
+    section: Section
     check: str
     label: str
     window: str
-    verdict: str
+    verdict: Verdict
     expected: str = ""
     observed: str = ""
     n: int = 0

@@ -3,23 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
+from faultday.core.vocab import Verdict, WindowKind
 
-class Verdict(StrEnum):
-    PASSED = "passed"
-    FAILED = "failed"
-    INSUFFICIENT = "insufficient"  # too few samples in the window to decide: never a pass
-    ERROR = "error"  # the check itself could not run
-
-
-class WindowKind(StrEnum):
-    BASELINE = "baseline"
-    FAULT = "fault"  # during: a fault's window
-    AFTER = "after"  # after: from a fault's end to run end
-    RECOVERED = "recovered"  # steady state again, after the last fault + recovery
-    RUN = "run"  # the whole run
-    ABORT = "abort"  # a sliding window watched by an abort condition
+__all__ = ["CheckResult", "Verdict", "Window", "WindowKind"]
 
 
 @dataclass(frozen=True, slots=True)

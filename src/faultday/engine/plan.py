@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from faultday.core.vocab import Phase, Section
 from faultday.core.windows import Window, WindowKind
 from faultday.scenario.models import CheckSpec, Scenario
 
@@ -28,19 +29,19 @@ class Plan:
                 items.append((f.end, 0, "revert", f.name))
         return [(t, action, name) for t, _, action, name in sorted(items)]
 
-    def phase_at(self, t: float) -> str:
+    def phase_at(self, t: float) -> Phase:
         spec = self.scenario.spec
         if not spec.faults:
-            return "steady-state"
+            return Phase.STEADY
         first = min(f.at for f in spec.faults)
         last = max(f.end for f in spec.faults)
         if t < first:
-            return "baseline"
+            return Phase.BASELINE
         if t < last:
-            return "faults"
+            return Phase.FAULTS
         if t < last + spec.recovery:
-            return "recovery"
-        return "steady-state"
+            return Phase.RECOVERY
+        return Phase.STEADY
 
     def window(self, kind: WindowKind, fault: str = "") -> Window:
         for w in self.windows:
@@ -48,7 +49,7 @@ class Plan:
                 return w
         raise KeyError((kind, fault))
 
-    def evaluations(self, scenario: Scenario) -> Iterator[tuple[str, CheckSpec, Window]]:
+    def evaluations(self, scenario: Scenario) -> Iterator[tuple[Section, CheckSpec, Window]]:
         """Every (section, check, window) evaluated after the timeline."""
         spec = scenario.spec
         steady = (
@@ -58,14 +59,14 @@ class Plan:
         )
         for check in spec.steady_state:
             for w in steady:
-                yield "steady_state", check, w
+                yield Section.STEADY_STATE, check, w
         for check in spec.expect:
             if check.during:
-                yield "expect", check, self.window(WindowKind.FAULT, check.during)
+                yield Section.EXPECT, check, self.window(WindowKind.FAULT, check.during)
             elif check.after:
-                yield "expect", check, self.window(WindowKind.AFTER, check.after)
+                yield Section.EXPECT, check, self.window(WindowKind.AFTER, check.after)
             else:
-                yield "expect", check, self.window(WindowKind.RUN)
+                yield Section.EXPECT, check, self.window(WindowKind.RUN)
 
 
 def make_plan(scenario: Scenario, *, time_scale: float) -> Plan:

@@ -10,13 +10,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, JsonValue
 
 from faultday import __version__
-from faultday.checks.base import Check, check_registry
+from faultday.checks.base import check_registry
 from faultday.core.clock import Clock
 from faultday.core.journal import (
     Journal,
@@ -30,31 +29,18 @@ from faultday.core.ledger import Ledger
 from faultday.core.protocols import Interruptible, StackDriver
 from faultday.core.records import Observations
 from faultday.core.targets import Revert, Target
+from faultday.core.vocab import EventKind, Phase, Section
 from faultday.core.windows import CheckResult, Verdict, Window, WindowKind
 from faultday.engine.participants import Participant, default_participants
 from faultday.engine.plan import Plan, make_plan
 from faultday.errors import FaultdayError, InjectionError, StackError
-from faultday.injectors.base import Injector, injector_registry
+from faultday.injectors.base import AnyInjector, injector_registry
 from faultday.scenario.loader import LoadedScenario
 from faultday.scenario.models import CheckSpec, Fault, Scenario
 
 log = logging.getLogger(__name__)
 
 TICK = 0.1  # real seconds between looks at the schedule, abort conditions and stop requests
-
-
-class Phase(StrEnum):
-    SETUP = "setup"
-    STACK_UP = "stack-up"
-    WARMUP = "warm-up"
-    BASELINE = "baseline"
-    FAULTS = "faults"
-    RECOVERY = "recovery"
-    STEADY = "steady-state"
-    REVERT = "revert"
-    CHECKS = "checks"
-    STACK_DOWN = "stack-down"
-    DONE = "done"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +73,7 @@ class RunOptions:
 @dataclass(slots=True)
 class _ActiveFault:
     fault: Fault
-    injector: Injector
+    injector: AnyInjector
     params: BaseModel
     revert: Revert
     injected_at: float
@@ -203,7 +189,8 @@ class Run:
         target = data.pop("target", None)
         before_warmup = self.phase in (Phase.SETUP, Phase.STACK_UP)
         ev = JournalEvent(
-            t=0.0 if before_warmup else round(self.clock.now(), 4),
+            # Before warm-up the clock is not armed: such events sit at its start, -warmup.
+            t=-self.scenario.spec.warmup if before_warmup else round(self.clock.now(), 4),
             wall=time.time(),
             kind=kind,
             message=message,
@@ -219,7 +206,7 @@ class Run:
         log.error("%s", message)
         with self._lock:
             self.journal.errors.append(message)
-        self.event("error", message)
+        self.event(EventKind.ERROR, message)
 
     def request_stop(self, reason: str) -> None:
         """Ask the run to stop: reverts run, verdict aborted (safe from a signal handler)."""
@@ -257,7 +244,6 @@ class Run:
             self._describe_stack()
             self._start_participants()
             self._check_stop()
-            self._set_phase(Phase.WARMUP)
             self._warmup()
             self._timeline()
         except _Stopped:
@@ -284,7 +270,7 @@ class Run:
             self.ledger.note_phase(str(phase))
         except OSError as exc:  # a full disk must not stop the reverts that follow
             log.error("cannot note phase %s in the ledger: %s", phase, exc)  # noqa: TRY400
-        self.event("phase", str(phase))
+        self.event(EventKind.PHASE, str(phase))
         self._status()
 
     def _status(self) -> None:
@@ -321,9 +307,11 @@ class Run:
     def _warmup(self) -> None:
         # Warm-up happens before t=0, so it is not compressed differently: it is scenario time too.
         end = time.monotonic() + self.scenario.spec.warmup * self.options.time_scale
-        # t=0 is the end of warm-up: events during it carry negative scenario times.
+        # t=0 is the end of warm-up: events during it carry negative scenario times. The clock
+        # is set before the phase event, so the timeline shows warm-up at -warmup, before t=0.
         self.clock.t0_mono = end
         self.clock.t0_wall = time.time() + (end - time.monotonic())
+        self._set_phase(Phase.WARMUP)
         while time.monotonic() < end:
             if self._stop.is_set():
                 raise _Stopped
@@ -368,8 +356,8 @@ class Run:
 
     def _update_phase(self, now: float) -> None:
         want = self.plan.phase_at(now)
-        if want != self.phase.value and want in Phase._value2member_map_:
-            self._set_phase(Phase(want))
+        if want != self.phase:
+            self._set_phase(want)
 
     def _do(self, action: str, name: str) -> None:
         fault = next(f for f in self.scenario.spec.faults if f.name == name)
@@ -390,7 +378,9 @@ class Run:
             injector.inject(ctx, target, params, revert)
         except Exception as exc:
             entry.error = str(exc)
-            self.event("fault.inject_failed", str(exc), fault=fault.name, target=fault.target)
+            self.event(
+                EventKind.FAULT_INJECT_FAILED, str(exc), fault=fault.name, target=fault.target
+            )
             self._revert_one(_ActiveFault(fault, injector, params, revert, self.clock.now()))
             raise InjectionError(
                 f"fault {fault.name!r} ({fault.inject} on {fault.target}): {exc}"
@@ -398,7 +388,7 @@ class Run:
         now = self.clock.now()
         entry.injected_at = round(now, 4)
         self.event(
-            "fault.injected",
+            EventKind.FAULT_INJECTED,
             f"{fault.inject} on {fault.target}",
             fault=fault.name,
             target=fault.target,
@@ -425,7 +415,7 @@ class Run:
         entry.reverted_at = round(self.clock.now(), 4)
         entry.revert_ok = True
         self.event(
-            "fault.reverted",
+            EventKind.FAULT_REVERTED,
             f"{active.fault.inject} on {active.fault.target}",
             fault=active.fault.name,
             target=active.fault.target,
@@ -456,13 +446,13 @@ class Run:
                 continue  # not yet a full window to judge
             result = self._evaluate(spec, window)
             if result.verdict == Verdict.FAILED:
-                self._record_check("abort", spec, result)
+                self._record_check(Section.ABORT, spec, result)
                 self.request_stop(f"abort condition tripped: {result.describe()}")
 
     # ---- checks -------------------------------------------------------------------
     def _evaluate(self, spec: CheckSpec, window: Window) -> CheckResult:
         try:
-            check: Check = self.checks.get(spec.check)()
+            check = self.checks.get(spec.check)()
             params = check.parse(spec.params)
             return check.evaluate(self, params, window)
         except Exception as exc:
@@ -483,7 +473,7 @@ class Run:
             )
         return result
 
-    def _record_check(self, section: str, spec: CheckSpec, result: CheckResult) -> None:
+    def _record_check(self, section: Section, spec: CheckSpec, result: CheckResult) -> None:
         self.journal.checks.append(
             JournalCheck(
                 section=section,
@@ -532,7 +522,7 @@ class Run:
         if verdict == RunVerdict.ERROR:
             self.error(reason)
         else:
-            self.event("abort", reason)
+            self.event(EventKind.ABORT, reason)
 
     def _finish(self) -> None:
         self.reverting = True  # first: from here on a signal never raises into a revert
@@ -542,7 +532,7 @@ class Run:
         self._set_phase(Phase.REVERT)
         self.revert_all()
         self.event(
-            "reverts.done",
+            EventKind.REVERTS_DONE,
             f"{time.monotonic() - reverted_at:.3f}s",
             seconds=round(time.monotonic() - reverted_at, 4),
         )
@@ -581,7 +571,9 @@ class Run:
         done = stop_marked_processes(self.ledger)
         if done.messages:
             log.warning("stopped leftovers of the run: %s", "; ".join(done.messages))
-            self.event("sweep", f"{done.stopped} leftover processes stopped", lines=done.messages)
+            self.event(
+                EventKind.SWEEP, f"{done.stopped} leftover processes stopped", lines=done.messages
+            )
         if done.failed:
             self.error(f"{done.failed} processes of the run could not be stopped")
 

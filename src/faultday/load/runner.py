@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 
 from faultday.core.ledger import RUN_TMP_DIR, ProcessRecord
+from faultday.core.vocab import EventKind
 from faultday.engine.participants import RunView
 from faultday.errors import FaultdayError
 from faultday.load.config import (
@@ -154,7 +155,7 @@ class LocustLoad:
             self.stop()
             raise LoadError(f"could not start Locust: {exc}") from exc
         run.event(
-            "load.started",
+            EventKind.LOAD_STARTED,
             f"{self.workload}, {self.spec.users} users, {self.spec.shape}",
             workers=self.spec.workers,
             pids=[p.pid for p in self.procs],
@@ -265,7 +266,7 @@ class LocustLoad:
             run.error(f"load process {p.pid} exited with {p.returncode}: {tail}")
         s = self.stats
         run.event(
-            "load.stopped",
+            EventKind.LOAD_STOPPED,
             f"{s.events} requests recorded",
             requests=s.events,
             bad_lines=s.bad_lines,

@@ -11,6 +11,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from faultday.core.records import Sample
+from faultday.core.vocab import EventKind
 from faultday.engine.participants import RunView
 from faultday.observe.timebase import TimeBase
 
@@ -80,7 +81,7 @@ class MetricsScraper:
         self._thread = threading.Thread(target=self._loop, name="scrape", daemon=True)
         self._thread.start()
         run.event(
-            "scrape.started",
+            EventKind.SCRAPE_STARTED,
             f"{len(self._urls)} components every {self.interval:g}s",
             components=sorted(self._urls),
         )
@@ -113,7 +114,7 @@ class MetricsScraper:
                 r = client.get(url)
                 if r.status_code == 404:
                     skip.add(comp)  # no metrics there; don't ask again
-                    self._run.event("scrape.none", f"{comp} has no /metrics", target=comp)
+                    self._run.event(EventKind.SCRAPE_NONE, f"{comp} has no /metrics", target=comp)
                     continue
                 if r.status_code == 200:
                     samples += parse_metrics(r.text, t=t, component=comp)
@@ -135,7 +136,7 @@ class MetricsScraper:
         if self._run is not None:
             s = self.stats
             self._run.event(
-                "scrape.stopped",
+                EventKind.SCRAPE_STOPPED,
                 f"{s.rounds} rounds",
                 rounds=s.rounds,
                 failures=s.failures,

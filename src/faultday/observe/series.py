@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faultday.core.records import RequestRecord, Sample
+from faultday.core.vocab import EventKind
 from faultday.engine.participants import RunView
 
 CSV_NAME = "timeseries.csv"
@@ -129,4 +130,4 @@ class TimeSeriesWriter:
         obs.add_samples(figures)
         path = run.run_dir / CSV_NAME
         rows = write_csv(path, list(obs.samples))
-        run.event("timeseries.written", f"{rows} rows", file=CSV_NAME, rows=rows)
+        run.event(EventKind.TIMESERIES_WRITTEN, f"{rows} rows", file=CSV_NAME, rows=rows)

@@ -12,6 +12,7 @@ from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 
 from faultday.core.journal import Journal
+from faultday.core.vocab import CATALOGUE, STEADY_WINDOWS, EventKind, WindowKind
 from faultday.report.series import Series, SeriesSet
 from faultday.report.view import Chart
 
@@ -37,7 +38,7 @@ def _fault_spans(journal: Journal) -> list[tuple[str, float, float, bool]]:
         out = [
             (w.fault or w.label, w.start, w.end, False)
             for w in journal.windows
-            if w.kind == "fault"
+            if w.kind == WindowKind.FAULT
         ]
     return out
 
@@ -47,24 +48,34 @@ def _x_end(journal: Journal) -> float:
     return max(journal.duration, last, 1.0)
 
 
-def _shade(ax: Axes, journal: Journal, *, label: bool = True) -> None:
+def rest_spans(journal: Journal) -> list[tuple[float, float]]:
+    """The windows a chart shades grey as the stack at rest: baseline and after recovery."""
+    return [(w.start, w.end) for w in journal.windows if w.kind in STEADY_WINDOWS]
+
+
+def _marked(kind: str) -> bool:
+    known = EventKind._value2member_map_.get(kind)
+    return isinstance(known, EventKind) and CATALOGUE[known].marked
+
+
+def _shade(ax: Axes, journal: Journal) -> None:
+    # Fault names go in the legend, not as text at the window's start: faults that start
+    # together would print their names on top of each other.
+    seen: set[str] = set()
     for i, (name, start, end, happened) in enumerate(_fault_spans(journal)):
         colour = FAULT_COLOURS[i % len(FAULT_COLOURS)]
-        ax.axvspan(start, end, color=colour, alpha=0.15 if happened else 0.06, lw=0)
-        if label:
-            ax.text(
-                start,
-                1.0,
-                f" {name}" + ("" if happened else " (planned)"),
-                color=colour,
-                transform=ax.get_xaxis_transform(),
-                va="bottom",
-                ha="left",
-                fontsize=8,
-                clip_on=False,
-            )
+        label = f"{name}" + ("" if happened else " (planned)")
+        ax.axvspan(
+            start,
+            end,
+            color=colour,
+            alpha=0.15 if happened else 0.06,
+            lw=0,
+            label=f"fault: {label}" if name not in seen else None,
+        )
+        seen.add(name)
     for ev in journal.events:
-        if ev.kind == "abort":
+        if ev.kind == EventKind.ABORT:
             ax.axvline(ev.t, color="#c00", lw=1.2, ls="--")
             ax.text(
                 ev.t, 0.5, " abort", color="#c00", transform=ax.get_xaxis_transform(), fontsize=8
@@ -116,16 +127,15 @@ def timeline_chart(journal: Journal) -> Chart:
         )
     ax.set_yticks(range(len(spans)), [s[0] for s in spans], fontsize=8)
     ax.invert_yaxis()
-    for w in journal.windows:
-        if w.kind in ("baseline", "recovery", "steady"):
-            ax.axvspan(w.start, w.end, color="#888", alpha=0.06, lw=0)
+    for start, end in rest_spans(journal):
+        ax.axvspan(start, end, color="#888", alpha=0.06, lw=0)
     for ev in journal.events:
-        if ev.kind in ("abort", "error") or ev.kind.startswith(("breaker", "restart", "component")):
+        if _marked(ev.kind):
             ax.axvline(
                 ev.t,
-                color="#c00" if ev.kind in ("abort", "error") else "#555",
+                color="#c00",
                 lw=0.8,
-                ls="--" if ev.kind == "abort" else ":",
+                ls="--" if ev.kind == EventKind.ABORT else ":",
             )
     ax.set_xlim(min(0.0, *(s[1] for s in spans)) if spans else 0.0, _x_end(journal))
     ax.set_xlabel("scenario time (s)", fontsize=8)
