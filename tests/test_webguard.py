@@ -1,10 +1,10 @@
-"""The browser guard every faultday API asks before it acts (faultday.webguard)."""
+"""The browser guard every faultday API asks before it acts (faultday_wire.webguard)."""
 
 from __future__ import annotations
 
 import pytest
 
-from faultday.webguard import (
+from faultday_wire.webguard import (
     ADMIN_PREFIX,
     ALLOWED_HOSTS_ENV,
     MUTATING_METHODS,

@@ -1,4 +1,4 @@
-"""Browser-shaped requests for the servers the stack ships (faultday.webguard), over real HTTP.
+"""Browser-shaped requests for the servers the stack ships (faultday_wire.webguard), over real HTTP.
 
 Each :class:`Attack` changes one thing in an otherwise valid JSON call (the
 user agent, an ``Origin``, the content type, the ``Host``), so a 403 from it
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from faultday.webguard import ALLOWED_HOSTS_ENV, MUTATING_METHODS
+from faultday_wire.webguard import ALLOWED_HOSTS_ENV, MUTATING_METHODS
 
 CHROME = (
     "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "

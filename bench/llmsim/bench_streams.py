@@ -32,9 +32,9 @@ from pathlib import Path
 import httpx
 import psutil
 
-from faultday.stack.services.llmsim.config import SimConfig
-from faultday.stack.services.llmsim.engine import Engine, FinishReason, SimRequest
-from faultday.stack.services.llmsim.text import tokenize
+from faultday_refstack.llmsim.config import SimConfig
+from faultday_refstack.llmsim.engine import Engine, FinishReason, SimRequest
+from faultday_refstack.llmsim.text import tokenize
 
 
 @dataclass
@@ -225,7 +225,7 @@ def start_server(args: argparse.Namespace, tmp: Path) -> tuple[subprocess.Popen[
         str(args.server_cpu),
         sys.executable,
         "-m",
-        "faultday.stack.services.llmsim",
+        "faultday_refstack.llmsim",
         "--port",
         "0",
         "--port-file",

@@ -63,7 +63,7 @@ def main() -> None:
     procs = [subprocess.Popen(["redis-server", "--port", str(rport), "--bind", "127.0.0.1",
                                "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)]
     dummy = "http://127.0.0.1:1"
-    agent = [sys.executable, "-m", "faultday.stack.services.agent", "--port", str(aport),
+    agent = [sys.executable, "-m", "faultday_refstack.agent", "--port", str(aport),
              "--config", str(ROOT / "stack/agent.yaml"), "--redis", f"redis://127.0.0.1:{rport}",
              "--llm-primary", dummy, "--llm-backup", dummy, "--embedder", dummy, "--qdrant", dummy,
              "--tools", dummy, "--log-level", "warning",

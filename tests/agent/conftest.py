@@ -53,7 +53,7 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
 
 @pytest.fixture
 def stack(procs: Procs) -> Stack:
-    pytest.importorskip("faultday.stack.services.llmsim")
+    pytest.importorskip("faultday_refstack.llmsim")
     r, r_url = procs.redis()
     pr, pr_url = procs.llmsim("sim-primary", "--keep-alive-on-engine-death")
     bk, bk_url = procs.llmsim("sim-backup")

@@ -131,7 +131,7 @@ class Procs:
             [
                 PY,
                 "-m",
-                "faultday.stack.services.llmsim",
+                "faultday_refstack.llmsim",
                 "--port",
                 str(port),
                 "--model",
@@ -156,7 +156,7 @@ class Procs:
             [
                 PY,
                 "-m",
-                "faultday.stack.services.tools",
+                "faultday_refstack.tools",
                 "--port",
                 str(port),
                 "--data-dir",
@@ -181,7 +181,7 @@ class Procs:
         argv = [
             PY,
             "-m",
-            "faultday.stack.services.agent",
+            "faultday_refstack.agent",
             "--port",
             str(port),
             "--config",

@@ -10,9 +10,9 @@ from pathlib import Path
 from opentelemetry import trace
 from tests.conftest import ROOT
 
-from faultday.stack.services.agent.config import load_config, select_policy
-from faultday.stack.services.agent.obs import Metrics
-from faultday.stack.services.agent.resilience import (
+from faultday_refstack.agent.config import load_config, select_policy
+from faultday_refstack.agent.obs import Metrics
+from faultday_refstack.agent.resilience import (
     Deadline,
     DependencyError,
     Resilience,

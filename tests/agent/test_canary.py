@@ -11,8 +11,8 @@ from pydantic import ValidationError
 from test_chat import metric
 
 from conftest import Stack
-from faultday.stack.services.agent.canary import CanarySplit, draw
-from faultday.stack.services.agent.config import AgentConfig, Canary, CanaryKey
+from faultday_refstack.agent.canary import CanarySplit, draw
+from faultday_refstack.agent.config import AgentConfig, Canary, CanaryKey
 
 REPO = Path(__file__).resolve().parents[2]
 

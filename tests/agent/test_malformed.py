@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from procs import Proc, Procs, dead_url
 from tests.malformed import FUZZ_SETTINGS, Raw, encode, nudged, request_bodies, send, well_shaped
 
-from faultday.stack.services.agent.config import MAX_STEPS
+from faultday_refstack.agent.config import MAX_STEPS
 
 TIMEOUT = 10.0  # the default policy's request timeout (6 s) and the gateway's hard stop, plus room
 

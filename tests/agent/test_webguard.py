@@ -13,7 +13,7 @@ from tests.llmsim.test_gpu_injectors import Ctx, cycle
 from tests.webguard_http import ATTACKS, IDS, Attack, assert_refused, attacks_for
 
 from faultday.core.targets import Target, TargetKind
-from faultday.stack.services.agent.obs import PREFIX
+from faultday_refstack.agent.obs import PREFIX
 
 CHAT = {"session_id": "web", "message": "what is the refund policy?", "rag": False}
 TASK = {"agent": "report", "goal": "revenue by region", "idempotency_key": "web-task-1"}

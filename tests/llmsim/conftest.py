@@ -84,14 +84,15 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=5)
 
 
-def launch(tmp: Path, *args: str, name: str = "sim") -> Sim:
+SIM_PROGRAM = (sys.executable, "-m", "faultday_refstack.llmsim")
+
+
+def launch(tmp: Path, *args: str, name: str = "sim", program: tuple[str, ...] = SIM_PROGRAM) -> Sim:
     """Start one simulator, wait until /health answers 200 (bounded)."""
     port_file = tmp / f"{name}.port"
     log = tmp / f"{name}.log"
     cmd = [
-        sys.executable,
-        "-m",
-        "faultday.stack.services.llmsim",
+        *program,
         "--port",
         "0",
         "--port-file",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -11,12 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
-import typer
-from tests.llmsim.conftest import Sim
-from typer.testing import CliRunner
+from tests.llmsim.conftest import FAST, Sim, _stop, launch
 
-from faultday.stack.services.llmsim.cli import app as llmsim_app
+FAULTDAY = str(Path(sys.executable).with_name("faultday"))
 
 BODY = {"prompt": "the same question", "max_tokens": 400, "seed": 3}
 
@@ -130,24 +130,40 @@ def test_prefix_cache_hits_on_a_shared_system_prompt(start_sim: Callable[..., Si
     )
 
 
-def test_cli_sub_app_mounts_as_sim_llm(tmp_path: Path) -> None:
-    root = typer.Typer()
-    root.add_typer(llmsim_app, name="sim")
-    result = CliRunner().invoke(root, ["sim", "llm", "--help"], env={"COLUMNS": "240"})
-    assert result.exit_code == 0
-    assert "--max-num-seqs" in result.output
-    assert "--exit-on-engine-death" in result.output
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("max_num_seqs: 0\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "faultday.stack.services.llmsim", "--config", str(bad)],
+def test_faultday_sim_llm_is_the_simulator_program(tmp_path: Path) -> None:
+    # The harness only starts the reference stack as a process: `faultday sim llm` execs
+    # `python -m faultday_refstack.llmsim` with its arguments, help included.
+    shown = subprocess.run(
+        [FAULTDAY, "sim", "llm", "--help"],
         check=False,
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "240"},
     )
-    assert proc.returncode == 2
-    assert "max_num_seqs" in proc.stderr
+    assert shown.returncode == 0, shown.stderr
+    assert "--max-num-seqs" in shown.stdout
+    assert "--exit-on-engine-death" in shown.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("max_num_seqs: 0\n")
+    for program in ([FAULTDAY, "sim", "llm"], [sys.executable, "-m", "faultday_refstack.llmsim"]):
+        proc = subprocess.run(
+            [*program, "--config", str(bad)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 2, (program, proc.stderr)
+        assert "max_num_seqs" in proc.stderr
+    sim = launch(tmp_path, *FAST, name="via-faultday", program=(FAULTDAY, "sim", "llm"))
+    try:
+        # Exec, not a child: the PID the caller holds is the simulator's own.
+        assert "faultday_refstack.llmsim" in psutil.Process(sim.proc.pid).cmdline()
+        card = httpx.get(f"{sim.url}/v1/models", timeout=5).json()["data"][0]
+        assert card["id"] == "test-model"
+    finally:
+        _stop(sim.proc)
 
 
 def test_config_file_is_read(start_sim: Callable[..., Sim], tmp_path: Path) -> None:

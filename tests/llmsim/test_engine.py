@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from faultday.stack.services.llmsim.config import SimConfig, StepModel
-from faultday.stack.services.llmsim.engine import Engine, FinishReason, SimRequest, StepResult
+from faultday_refstack.llmsim.config import SimConfig, StepModel
+from faultday_refstack.llmsim.engine import Engine, FinishReason, SimRequest, StepResult
 
 
 def make_engine(**kw: object) -> Engine:

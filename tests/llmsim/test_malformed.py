@@ -28,13 +28,13 @@ from tests.malformed import (
     well_shaped,
 )
 
-from faultday.stack.services.llmsim.faults import FaultSpec
-from faultday.stack.services.llmsim.protocol import (
+from faultday_refstack.llmsim.faults import FaultSpec
+from faultday_refstack.llmsim.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     TokenizeRequest,
 )
-from faultday.stack.services.llmsim.server import MAX_JSON_DEPTH
+from faultday_refstack.llmsim.server import MAX_JSON_DEPTH
 
 TIMEOUT = 10.0  # a request, its stream read to the end included
 MAX_MODEL_LEN = 256  # keeps a well-shaped request with ignore_eos under a second

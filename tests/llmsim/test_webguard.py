@@ -12,8 +12,8 @@ from tests.llmsim.conftest import Sim, _stop, launch
 from tests.llmsim.test_gpu_injectors import Ctx, cycle, sim_target
 from tests.webguard_http import ATTACKS, HOST_ATTACK, IDS, Attack, assert_refused, attacks_for, send
 
-from faultday.stack.services.llmsim.faults import FaultKind
-from faultday.webguard import ALLOWED_HOSTS_ENV
+from faultday_refstack.llmsim.faults import FaultKind
+from faultday_wire.webguard import ALLOWED_HOSTS_ENV
 
 # One fault body per kind the admin API takes: a refused POST must leave none of them behind.
 NON_FATAL = [k for k in FaultKind if k not in (FaultKind.XID, FaultKind.OOM)]

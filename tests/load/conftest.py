@@ -64,7 +64,7 @@ def llmsim(tmp_path: Path) -> Iterator[str]:
     argv = [
         sys.executable,
         "-m",
-        "faultday.stack.services.llmsim",
+        "faultday_refstack.llmsim",
         "--host",
         "127.0.0.1",
         "--port",

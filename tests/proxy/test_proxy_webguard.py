@@ -1,4 +1,4 @@
-"""Issue 16.2 on the proxy's control API: a web page cannot drive it (faultday.webguard).
+"""Issue 16.2 on the proxy's control API: a web page cannot drive it (faultday_wire.webguard).
 
 Every route is sent each browser-shaped attack of ``tests/webguard_http.py``; each
 is refused with a 403 naming its rule and changes nothing. The harness's own

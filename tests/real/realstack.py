@@ -139,7 +139,7 @@ def start_sim(log_dir: Path, *args: str, name: str = "llmsim") -> Server:
     """The simulator, configured like the real server (model name, context length)."""
     port = free_port()
     log = log_dir / f"{name}-{port}.log"
-    cmd = [sys.executable, "-m", "faultday.stack.services.llmsim", "--host", "127.0.0.1",
+    cmd = [sys.executable, "-m", "faultday_refstack.llmsim", "--host", "127.0.0.1",
            "--port", str(port), "--model", MODEL_NAME, "--max-model-len", str(MAX_MODEL_LEN),
            *args]  # fmt: skip
     with log.open("wb") as fh:

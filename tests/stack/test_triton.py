@@ -13,8 +13,8 @@ from tests.stack.conftest import REPO, marked_processes
 
 from faultday.core.ledger import Ledger
 from faultday.stack.profile import load_profile
-from faultday.stack.services.embedder.hashing import embed
 from faultday.stack.stack import Stack
+from faultday_refstack.embedder.hashing import embed
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,9 @@ from tests.stack.conftest import REPO, marked_processes
 
 from faultday.core.ledger import Ledger
 from faultday.stack.profile import load_profile
-from faultday.stack.services.embedder.hashing import embed_one
-from faultday.stack.services.vectordb.seed import load_corpus, load_golden
 from faultday.stack.stack import Stack
+from faultday_refstack.embedder.hashing import embed_one
+from faultday_refstack.vectordb.seed import load_corpus, load_golden
 
 DIM = 32
 N = 5000
@@ -187,4 +187,4 @@ def test_data_files_are_consistent() -> None:
     assert len(slugs) == len(load_corpus())
     for g in load_golden():
         assert set(g.expected) <= slugs, g
-    assert Path(REPO / "src/faultday/stack/services/vectordb/data/corpus.jsonl").is_file()
+    assert Path(REPO / "src/faultday_refstack/vectordb/data/corpus.jsonl").is_file()

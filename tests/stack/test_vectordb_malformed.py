@@ -27,8 +27,8 @@ from tests.stack.conftest import REPO, marked_processes
 
 from faultday.core.ledger import Ledger
 from faultday.stack.profile import load_profile
-from faultday.stack.services.vectordb.seed import MODES
 from faultday.stack.stack import Stack
+from faultday_refstack.vectordb.seed import MODES
 
 TIMEOUT = 10.0  # what a client waits for one answer
 DIM = 4
@@ -89,7 +89,7 @@ def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
         (proc,) = [
             p
             for p in marked_processes(run_dir)
-            if "faultday.stack.services.vectordb" in " ".join(p.cmdline())
+            if "faultday_refstack.vectordb" in " ".join(p.cmdline())
         ]
         with httpx.Client() as http:
             f = Front(s.endpoints()["qdrant"], proc, http)

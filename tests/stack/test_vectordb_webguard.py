@@ -17,8 +17,8 @@ from tests.webguard_http import ATTACKS, IDS, Attack, assert_refused, attacks_fo
 from faultday.core.ledger import Ledger
 from faultday.core.targets import Target, TargetKind
 from faultday.stack.profile import load_profile
-from faultday.stack.services.vectordb.seed import MODES
 from faultday.stack.stack import Stack
+from faultday_refstack.vectordb.seed import MODES
 
 DEGRADED = [m for m in MODES if m != "normal"]
 COLLECTION = {"vectors": {"size": 4, "distance": "Cosine"}}

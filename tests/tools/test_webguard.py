@@ -13,8 +13,8 @@ from tests.webguard_http import ATTACKS, IDS, Attack, assert_refused, attacks_fo
 
 from faultday.core.targets import Target, TargetKind
 from faultday.injectors.tools import ToolOverload
-from faultday.stack.services.tools.capacity import ToolFault
-from faultday.stack.services.tools.server import TOOLS
+from faultday_refstack.tools.capacity import ToolFault
+from faultday_refstack.tools.server import TOOLS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
 from procs import Procs

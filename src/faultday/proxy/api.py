@@ -41,7 +41,7 @@ from faultday.proxy.models import (
 )
 from faultday.proxy.server import Proxy, ProxyError, bind_listener
 from faultday.proxy.toxics import Toxic
-from faultday.webguard import check_request
+from faultday_wire.webguard import check_request
 
 if TYPE_CHECKING:
     from faultday.proxy.server import ProxyServer

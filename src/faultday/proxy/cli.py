@@ -13,7 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 from faultday.errors import UsageError
 from faultday.proxy.models import ProxySpec
 from faultday.proxy.server import ProxyServer
-from faultday.webguard import allowed_hosts_from_env
+from faultday_wire.webguard import allowed_hosts_from_env
 
 app = typer.Typer(help="faultday's Toxiproxy-compatible fault proxy.", no_args_is_help=True)
 

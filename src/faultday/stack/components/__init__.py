@@ -92,7 +92,7 @@ _TYPES: tuple[ComponentType, ...] = (
         argv=(
             "{python}",
             "-m",
-            "faultday.stack.services.embedder",
+            "faultday_refstack.embedder",
             "--http-port",
             "{port}",
             "--grpc-port",
@@ -105,7 +105,7 @@ _TYPES: tuple[ComponentType, ...] = (
         # tritonserver's Python backend stub must find the interpreter's libpython.
         env=MappingProxyType({"LD_LIBRARY_PATH": "{libpython_dir}:{env:LD_LIBRARY_PATH}"}),
         image="nvcr.io/nvidia/tritonserver:24.08-py3",
-        module="faultday.stack.services.embedder",
+        module="faultday_refstack.embedder",
         term_group=False,
         # PyTriton stops in order in ~1 s; a SIGKILL leaves its /dev/shm segments
         # (the supervisor removes them), so give it time.
@@ -116,20 +116,20 @@ _TYPES: tuple[ComponentType, ...] = (
     ComponentType(
         name="qdrant",
         summary="Qdrant-REST-compatible front over the Qdrant engine (qdrant-edge), seeded",
-        argv=_py("faultday.stack.services.vectordb", "--data-dir", "{run_dir}/qdrant"),
+        argv=_py("faultday_refstack.vectordb", "--data-dir", "{run_dir}/qdrant"),
         probe=DefaultProbe(ProbeKind.HTTP, path="/readyz", timeout=30.0),
         admin_path="/admin",
         image="qdrant/qdrant:v1.12.4",
-        module="faultday.stack.services.vectordb",
+        module="faultday_refstack.vectordb",
     ),
     ComponentType(
         name="llmsim",
         summary="vLLM-compatible simulator with GPU-fault semantics",
-        argv=_py("faultday.stack.services.llmsim"),
+        argv=_py("faultday_refstack.llmsim"),
         probe=DefaultProbe(ProbeKind.HTTP, path="/health", timeout=30.0),
         admin_path="/admin/faults",
         image=_FAULTDAY_IMAGE,
-        module="faultday.stack.services.llmsim",
+        module="faultday_refstack.llmsim",
     ),
     ComponentType(
         name="vllm",
@@ -168,20 +168,20 @@ _TYPES: tuple[ComponentType, ...] = (
     ComponentType(
         name="tools",
         summary="MCP tool server (streamable HTTP) with capacity limits",
-        argv=_py("faultday.stack.services.tools"),
+        argv=_py("faultday_refstack.tools"),
         probe=DefaultProbe(ProbeKind.HTTP, path="/health", timeout=30.0),
         admin_path="/admin",
         image=_FAULTDAY_IMAGE,
-        module="faultday.stack.services.tools",
+        module="faultday_refstack.tools",
     ),
     ComponentType(
         name="agent",
         summary="agent runtime (FastAPI): RAG chat and agent tasks with resilience policies",
-        argv=_py("faultday.stack.services.agent", "--policy", "{policy}"),
+        argv=_py("faultday_refstack.agent", "--policy", "{policy}"),
         probe=DefaultProbe(ProbeKind.HTTP, path="/health", timeout=30.0),
         admin_path="/admin",
         image=_FAULTDAY_IMAGE,
-        module="faultday.stack.services.agent",
+        module="faultday_refstack.agent",
     ),
 )
 

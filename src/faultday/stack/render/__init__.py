@@ -24,7 +24,7 @@ from faultday.errors import UsageError
 from faultday.stack.components import ProbeKind
 from faultday.stack.profile import StackProfile
 from faultday.stack.render.embedder_model import CONFIG_PBTXT, MODEL_PY
-from faultday.webguard import ALLOWED_HOSTS_ENV
+from faultday_wire.webguard import ALLOWED_HOSTS_ENV
 
 DRIVERS = ("docker", "k8s")
 TOXIPROXY_IMAGE = "ghcr.io/shopify/toxiproxy:2.9.0"

@@ -1,11 +1,12 @@
 """The embedder as a Triton Python-backend model, for the docker and k8s renderings.
 
 Same inputs, outputs and vectors as the PyTriton service of the local profile
-(``faultday.stack.services.embedder``), so the seeded corpus stays valid.
+(``faultday_refstack.embedder``), so the seeded corpus stays valid.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 CONFIG_PBTXT = """\
@@ -18,7 +19,16 @@ dynamic_batching { max_queue_delay_microseconds: 2000 }
 instance_group [ { kind: KIND_CPU, count: 1 } ]
 """
 
-_HASHING = (Path(__file__).parents[1] / "services" / "embedder" / "hashing.py").read_text()
+
+def _refstack_file(*parts: str) -> Path:
+    """A file of the reference stack, found without importing it (it runs only as processes)."""
+    spec = importlib.util.find_spec("faultday_refstack")
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError("faultday_refstack is not installed beside faultday")
+    return Path(spec.origin).parent.joinpath(*parts)
+
+
+_HASHING = _refstack_file("embedder", "hashing.py").read_text()
 
 MODEL_PY = (
     _HASHING

@@ -1,0 +1,96 @@
+"""GPU faults the simulator can be told to suffer, and the kernel lines they leave behind.
+
+What each kind does, as a real vLLM on a real GPU would show it:
+
+* ``xid`` / ``oom`` — the EngineCore dies: streams get an error frame then
+  ``[DONE]``, new requests 500, ``/health`` 503, the server exits.
+* ``hang`` — the engine stops stepping; HTTP stays up, ``/health`` 200, the
+  engine's gauges freeze at their last values (a hung engine reports nothing).
+* ``throttle`` — every step takes ``factor`` times longer (thermal/power capping).
+* ``kv_shrink`` — usable KV blocks x ``factor`` (e.g. row remapping, another
+  tenant's memory): preemptions and latency spikes.
+* ``ecc_sbe`` — a corrected single-bit ECC error: logged and counted, no effect.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+from pydantic import BaseModel, ConfigDict
+
+# The body of POST /admin/faults is shared with the harness's injectors.
+from faultday_wire.admin import FaultKind, FaultSpec
+
+__all__ = ["FATAL_KINDS", "ActiveFault", "FaultKind", "FaultSpec", "activate", "kernel_line"]
+
+
+FATAL_KINDS = frozenset({FaultKind.XID, FaultKind.OOM})
+
+XID_TEXT: dict[int, str] = {
+    13: "Graphics Exception: ESR 0x404600=0x80000002",
+    31: "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f3c_a0000000",
+    43: "GPU stopped processing",
+    45: "Preemptive cleanup, due to previous errors -- Most likely to see when one kills "
+    "the process that hit the error",
+    48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer "
+    "at partition 6, subpartition 0.",
+    63: "Row Remapper: New row marked for remapping, reset gpu to activate.",
+    64: "Row Remapper: Failed to remap row.",
+    74: "NVLink: fatal error detected on link 3",
+    79: "GPU has fallen off the bus.",
+    92: "High single-bit ECC error rate detected.",
+    94: "Contained ECC error.",
+    95: "Uncontained ECC error.",
+    109: "Ch 00000010, engmask 00000101, intr 10000000. Context Switch Timeout Error",
+    119: "Timeout after 6s of waiting for RPC response from GPU0 GSP! Expected function 76 "
+    "(GSP_RM_CONTROL) (0x20800a4c 0x4).",
+    154: "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)",
+}
+
+
+class ActiveFault(BaseModel):
+    """A fault as ``GET /admin/faults`` lists it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    kind: FaultKind
+    xid: int | None = None
+    factor: float | None = None
+    since: float  # unix time
+
+
+def activate(spec: FaultSpec) -> ActiveFault:
+    fid = spec.id or uuid.uuid4().hex[:12]
+    xid = spec.xid if spec.kind == FaultKind.XID else None
+    factor = spec.factor if spec.kind in (FaultKind.THROTTLE, FaultKind.KV_SHRINK) else None
+    return ActiveFault(id=fid, kind=spec.kind, xid=xid, factor=factor, since=time.time())
+
+
+def kernel_line(spec: FaultSpec, *, pci: str, boot: float) -> str:
+    """A dmesg-style line, as the NVIDIA kernel driver would write for this fault."""
+    stamp = f"[{time.monotonic() - boot + 1000.0:12.6f}]"
+    pid = os.getpid()
+    head = f"{stamp} NVRM: Xid (PCI:{pci}):"
+    if spec.kind == FaultKind.XID:
+        text = XID_TEXT.get(spec.xid, "Unknown error")
+        return f"{head} {spec.xid}, pid={pid}, name=VLLM::EngineCore, {text}"
+    if spec.kind == FaultKind.HANG:
+        return f"{head} 119, pid={pid}, name=VLLM::EngineCore, {XID_TEXT[119]}"
+    if spec.kind == FaultKind.KV_SHRINK:
+        return f"{head} 63, pid={pid}, name=VLLM::EngineCore, {XID_TEXT[63]}"
+    if spec.kind == FaultKind.ECC_SBE:
+        return f"{head} 92, pid={pid}, name=VLLM::EngineCore, {XID_TEXT[92]}"
+    if spec.kind == FaultKind.THROTTLE:
+        return (
+            f"{stamp} NVRM: GPU at PCI:{pci}: GPU-0: clocks event reason HW Slowdown "
+            f"(thermal/power brake) active, effective throughput x1/{spec.factor:g}"
+        )
+    # oom: no kernel line exists for a CUDA OOM; the process itself says it.
+    return (
+        f"{stamp} torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+        f"GPU 0 has a total capacity of 79.19 GiB of which 1.06 GiB is free. "
+        f"Process {pid} has 78.12 GiB memory in use."
+    )

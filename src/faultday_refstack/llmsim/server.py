@@ -1,0 +1,1183 @@
+"""The OpenAI-compatible HTTP server, as vLLM serves it, over the engine model.
+
+A bare ASGI application on uvicorn (httptools + uvloop when installed): no
+framework between the socket and the token stream, so one core carries
+hundreds of SSE streams. One engine task steps the scheduler at wall-clock step
+boundaries; each step wakes the handlers whose requests got a token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import re
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ValidationError
+
+from faultday_refstack.llmsim.config import SimConfig
+from faultday_refstack.llmsim.engine import (
+    Engine,
+    FinishReason,
+    SimRequest,
+    StepResult,
+)
+from faultday_refstack.llmsim.faults import (
+    FATAL_KINDS,
+    ActiveFault,
+    FaultKind,
+    FaultSpec,
+    activate,
+    kernel_line,
+)
+from faultday_refstack.llmsim.metrics import HTTP_EXCLUDED, VllmMetrics
+from faultday_refstack.llmsim.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    TokenizeRequest,
+)
+from faultday_refstack.llmsim.text import (
+    ToolCall,
+    WordStream,
+    choose_tool_call,
+    count_tokens,
+    detokenize_pieces,
+    render_chat,
+    request_seed,
+    sample_length,
+    tokenize,
+)
+from faultday_wire.webguard import allowed_hosts_from_env, check_route
+
+log = logging.getLogger(__name__)
+gpu_log = logging.getLogger("faultday.llmsim.gpu")
+
+Scope = dict[str, Any]
+GenerationRequest = ChatCompletionRequest | CompletionRequest
+BodyT = TypeVar("BodyT", bound=BaseModel)
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+MAX_BODY = 32 * 1024 * 1024
+# Deeper JSON is refused before anything walks it: the chat template and the
+# encoder recurse, and a few thousand brackets would exhaust the interpreter's stack.
+MAX_JSON_DEPTH = 64
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+MAX_LAG_S = 0.5
+IO_PASSES = 8
+_JSON = [(b"content-type", b"application/json")]
+_SSE = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+]
+
+
+class HttpError(Exception):
+    """An OpenAI-style error response (vLLM's ErrorResponse shape)."""
+
+    def __init__(self, status: int, message: str, err_type: str, param: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.err_type = err_type
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.err_type,
+                "param": self.param,
+                "code": self.status,
+            }
+        }
+
+
+def engine_dead_error() -> HttpError:
+    return HttpError(500, ENGINE_DEAD_MESSAGE, "InternalServerError")
+
+
+def bad_request(message: str, param: str | None = None) -> HttpError:
+    return HttpError(400, message, "BadRequestError", param)
+
+
+def _error_detail(kind: str, loc: str, msg: str, shown: object, ctx: str = "") -> str:
+    detail = f"{{'type': '{kind}', 'loc': '{loc}', 'msg': {msg!r}, 'input': {shown!r}"
+    return detail + (f", 'ctx': {{'error': {ctx!r}}}}}" if ctx else "}")
+
+
+def validation_error(kind: str, loc: str, msg: str, *, items: int, ctx: str = "") -> HttpError:
+    """A request that fails FastAPI's body validation: vLLM answers type ``Bad Request``."""
+    shown = f"<dict of {items} items>"  # vLLM never echoes the body back
+    detail = _error_detail(kind, loc, msg, shown, ctx)
+    return HttpError(400, f"1 validation error:\n  {detail}", "Bad Request", loc)
+
+
+def _shown(value: Any) -> object:
+    """An error's input, summarised: never the body itself, never a huge string."""
+    if isinstance(value, dict | list):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    if isinstance(value, str) and len(value) > 80:
+        return value[:77] + "..."
+    return value if len(repr(value)) <= 80 else f"<{type(value).__name__}>"
+
+
+def body_validation_error(exc: ValidationError, err_type: str = "Bad Request") -> HttpError:
+    """Every schema error of a body, as FastAPI words them; ``param`` is the first one's field."""
+    errors = exc.errors(include_url=False)
+    locs = [".".join(["body", *map(str, e["loc"])]) for e in errors]
+    details = [
+        _error_detail(e["type"], loc, e["msg"], _shown(e.get("input")))
+        for e, loc in zip(errors, locs, strict=True)
+    ]
+    plural = "s" if len(errors) != 1 else ""
+    message = f"{len(errors)} validation error{plural}:\n" + "\n".join(f"  {d}" for d in details)
+    return HttpError(400, message, err_type, locs[0])
+
+
+class PlainError(Exception):
+    """Starlette's own answer for an unknown path or method: ``{"detail": ...}``."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+@dataclass(slots=True)
+class Parsed:
+    """A validated generation request, ready for the engine."""
+
+    chat: bool
+    stream: bool
+    include_usage: bool
+    prompt_ids: list[int]
+    max_tokens: int
+    target: int
+    stop_reason: FinishReason
+    seed: int
+    tool: ToolCall | None
+
+
+class Live:
+    """A request between the engine and its HTTP handler."""
+
+    __slots__ = (
+        "chat",
+        "created",
+        "done",
+        "error",
+        "include_usage",
+        "pending",
+        "pieces",
+        "req_id",
+        "sent",
+        "sim",
+        "stream",
+        "text",
+        "tool",
+        "waiter",
+        "words",
+    )
+
+    def __init__(self, parsed: Parsed, sim: SimRequest, req_id: str) -> None:
+        self.chat = parsed.chat
+        self.stream = parsed.stream
+        self.include_usage = parsed.include_usage
+        self.sim = sim
+        self.req_id = req_id
+        self.created = int(time.time())
+        self.pending = 0  # tokens produced by the engine, not yet written out
+        self.sent = 0
+        self.done = False
+        self.error = False
+        self.waiter: asyncio.Future[None] | None = None
+        self.words = WordStream(parsed.seed)
+        self.tool = parsed.tool
+        self.pieces: list[str] = []
+        if parsed.tool is not None:
+            self.pieces = detokenize_pieces(parsed.tool.arguments)
+        self.text: list[str] = []
+
+    def wake(self) -> None:
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def take_text(self, n: int) -> str:
+        """The next n output tokens' text (for a tool call: argument pieces)."""
+        if self.tool is not None:
+            # Token 0 of a tool call is its name; the rest are argument pieces.
+            start = max(0, self.sent - 1)
+            stop = max(0, self.sent + n - 1)
+            out = "".join(self.pieces[start:stop])
+        else:
+            nxt = self.words.next_piece
+            out = "".join([nxt() for _ in range(n)])
+        self.sent += n
+        return out
+
+
+class LlmSim:
+    """The simulator: config, engine, metrics, faults; an ASGI application."""
+
+    def __init__(
+        self, config: SimConfig, *, listen_host: str, allowed_hosts: tuple[str, ...] = ()
+    ) -> None:
+        self.config = config
+        # Where it listens and the extra Host names: what the browser guard checks against.
+        self.listen_host = listen_host
+        self.allowed_hosts = allowed_hosts
+        self.engine = Engine(config)
+        self.metrics = VllmMetrics(config)
+        self.live: dict[str, Live] = {}
+        self.faults: dict[str, ActiveFault] = {}
+        self.dead = False
+        self.death_reason = ""
+        self.ecc_sbe_count = 0
+        self.max_lag = 0.0
+        self.lag_resets = 0
+        self.steps = 0
+        self._burst_ema = 0.0  # seconds from a step's commit to its last stream write
+        self._late_ema = 0.0  # how late the event loop's timers fire
+        self._publish_at = 0.0
+        self._last_write = 0.0
+        self._prompt_total = 0  # for the periodic throughput log line
+        self._gen_total = 0
+        self.boot = time.monotonic()
+        self._wake = asyncio.Event()
+        self._resume = asyncio.Event()
+        self._resume.set()
+        self._engine_task: asyncio.Task[None] | None = None
+        self._aux_tasks: list[asyncio.Task[None]] = []
+        self._request_exit: Callable[[], None] | None = None
+        self._routes: dict[tuple[str, str], Callable[[Scope, Receive, Send], Awaitable[None]]] = {
+            ("POST", "/v1/chat/completions"): self._chat,
+            ("POST", "/v1/completions"): self._completions,
+            ("GET", "/v1/models"): self._models,
+            ("GET", "/health"): self._health,
+            ("GET", "/ping"): self._health,
+            ("POST", "/ping"): self._health,
+            ("GET", "/version"): self._version,
+            ("GET", "/load"): self._load,
+            ("GET", "/metrics"): self._metrics,
+            ("POST", "/tokenize"): self._tokenize,
+            ("GET", "/admin/faults"): self._faults_get,
+            ("POST", "/admin/faults"): self._faults_post,
+            ("DELETE", "/admin/faults"): self._faults_delete,
+            ("GET", "/admin/stats"): self._stats,
+        }
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def set_exit_callback(self, callback: Callable[[], None]) -> None:
+        self._request_exit = callback
+
+    def start(self) -> None:
+        self._engine_task = asyncio.create_task(self._engine_loop(), name="llmsim-engine")
+        self._aux_tasks.append(asyncio.create_task(self._stats_logger(), name="llmsim-stats"))
+        self._aux_tasks.append(asyncio.create_task(self._watchdog(), name="llmsim-watchdog"))
+        log.info(
+            "llmsim engine up: model=%s version=%s max_num_seqs=%d max_num_batched_tokens=%d "
+            "num_gpu_blocks=%d block_size=%d",
+            self.config.name,
+            self.config.version,
+            self.config.max_num_seqs,
+            self.config.max_num_batched_tokens,
+            self.config.num_gpu_blocks,
+            self.config.block_size,
+        )
+
+    async def stop(self) -> None:
+        tasks = [t for t in [self._engine_task, *self._aux_tasks] if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _exit_soon(self, why: str) -> None:
+        if self.config.exit_on_engine_death and self._request_exit is not None:
+            log.error("shutting down the API server: %s", why)
+            self._request_exit()
+
+    async def _watchdog(self) -> None:
+        # vLLM's API server checks its engine every VLLM_WATCHDOG_TIME_S and exits if it died.
+        while True:
+            await asyncio.sleep(self.config.watchdog_s)
+            if self.dead:
+                self._exit_soon("watchdog: engine is dead")
+
+    async def _stats_logger(self) -> None:
+        last = time.monotonic()
+        last_prompt = last_gen = 0.0
+        while True:
+            await asyncio.sleep(10.0)
+            now = time.monotonic()
+            prompt, gen = self._prompt_total, self._gen_total
+            dt = now - last
+            p_rate, g_rate = (prompt - last_prompt) / dt, (gen - last_gen) / dt
+            last, last_prompt, last_gen = now, prompt, gen
+            if p_rate or g_rate:
+                log.info(
+                    "Engine 000: Avg prompt throughput: %.1f tokens/s, Avg generation "
+                    "throughput: %.1f tokens/s, Running: %d reqs, Waiting: %d reqs, "
+                    "GPU KV cache usage: %.1f%%",
+                    p_rate,
+                    g_rate,
+                    len(self.engine.running),
+                    len(self.engine.waiting),
+                    self.engine.kv.usage() * 100,
+                )
+
+    # --- the engine loop ------------------------------------------------------------------------
+    async def _engine_loop(self) -> None:
+        """Step the engine on a simulated clock that wall time follows.
+
+        A step's tokens belong at its end time ``end``. Writing a batch of streams
+        takes the server a little while, so the step is committed ``lead`` early
+        (half the last write burst plus the timer's usual lateness) and the writes
+        straddle ``end``; the next step is planned at ``end`` itself, after the
+        requests that arrived meanwhile are queued. The clock never drifts: each
+        step starts where the last ended, unless the server fell badly behind.
+        """
+        t = -1.0
+        engine = self.engine
+        while not self.dead:
+            if not self._resume.is_set():
+                await self._resume.wait()
+                t = -1.0
+                continue
+            if not engine.has_work:
+                self._wake.clear()
+                self._record_scheduler()
+                await self._wake.wait()
+                t = -1.0
+                continue
+            now = time.monotonic()
+            if t < 0 or now - t > MAX_LAG_S:
+                if t >= 0:
+                    self.lag_resets += 1
+                    log.warning("llmsim fell %.0f ms behind its step clock", (now - t) * 1e3)
+                t = now
+            plan = engine.plan(t)
+            end = t + plan.duration
+            lead = min(plan.duration / 2, self._burst_ema / 2 + self._late_ema)
+            await self._sleep_until(end - lead)
+            if not self._resume.is_set():  # hung mid-step: the step completes on resume
+                await self._resume.wait()
+                end = max(end, time.monotonic())
+            self.max_lag = max(self.max_lag, time.monotonic() - end)
+            self._publish_at = time.monotonic()
+            self._publish(engine.commit(plan, end))
+            await self._sleep_until(end)
+            # A few passes of the event loop (accept, read, parse, handler): requests whose
+            # bytes arrived during the step get queued, so the next step admits them as the
+            # model says it would.
+            for _ in range(IO_PASSES):
+                await asyncio.sleep(0)
+            if self._last_write > self._publish_at:
+                burst = self._last_write - self._publish_at
+                self._burst_ema += 0.2 * (min(burst, plan.duration) - self._burst_ema)
+            t = end
+
+    async def _sleep_until(self, when: float) -> None:
+        delay = when - time.monotonic()
+        if delay <= 0:
+            return
+        await asyncio.sleep(delay)
+        late = time.monotonic() - when
+        self._late_ema += 0.1 * (min(max(late, 0.0), 0.005) - self._late_ema)
+
+    def _record_scheduler(self) -> None:
+        self.metrics.record_scheduler(
+            running=len(self.engine.running),
+            waiting=len(self.engine.waiting),
+            kv_usage=self.engine.kv.usage(),
+        )
+
+    def _publish(self, result: StepResult) -> None:
+        self.steps += 1
+        cached = 0
+        live = self.live
+        for req in result.new_tokens:
+            lv = live.get(req.req_id)
+            if req.num_output == 1:
+                cached += max(0, req.num_cached_tokens)
+            if lv is None:
+                continue
+            lv.pending += 1
+            if req.finish_reason is not None:
+                lv.done = True
+            lv.wake()
+        self.metrics.record_step(result, cached_tokens=cached)
+        self._prompt_total += result.num_prompt_tokens
+        self._gen_total += result.num_generation_tokens
+        self._record_scheduler()
+
+    # --- faults ---------------------------------------------------------------------------------
+    def apply_fault(self, spec: FaultSpec) -> ActiveFault:
+        gpu_log.error("%s", kernel_line(spec, pci=self.config.gpu_pci, boot=self.boot))
+        fault = activate(spec)
+        if spec.kind == FaultKind.ECC_SBE:
+            self.ecc_sbe_count += 1
+            return fault
+        self.faults[fault.id] = fault
+        if spec.kind in FATAL_KINDS:
+            self._die(spec)
+        else:
+            self._apply_effects()
+        return fault
+
+    def clear_faults(self, fault_id: str | None) -> list[str]:
+        ids = [fault_id] if fault_id else list(self.faults)
+        cleared = []
+        for fid in ids:
+            fault = self.faults.get(fid)
+            if fault is None or fault.kind in FATAL_KINDS:
+                continue  # a dead engine stays dead: only a restart brings it back
+            del self.faults[fid]
+            cleared.append(fid)
+        self._apply_effects()
+        return cleared
+
+    def _apply_effects(self) -> None:
+        kinds = [f for f in self.faults.values() if f.kind not in FATAL_KINDS]
+        hung = any(f.kind == FaultKind.HANG for f in kinds)
+        slowdown = 1.0
+        kv_factor = 1.0
+        for f in kinds:
+            if f.kind == FaultKind.THROTTLE and f.factor:
+                slowdown *= f.factor
+            elif f.kind == FaultKind.KV_SHRINK and f.factor:
+                kv_factor *= f.factor
+        self.engine.slowdown = slowdown
+        blocks = max(1, int(self.config.num_gpu_blocks * kv_factor))
+        if blocks != self.engine.kv.capacity:
+            n = self.engine.set_kv_capacity(blocks)
+            log.warning("KV capacity now %d blocks; %d requests preempted", blocks, n)
+        if hung and self._resume.is_set():
+            log.error("EngineCore stopped making progress (GPU hang)")
+            self._resume.clear()
+        elif not hung and not self._resume.is_set():
+            log.warning("EngineCore resumed")
+            self._resume.set()
+        self._wake.set()
+
+    def _die(self, spec: FaultSpec) -> None:
+        if self.dead:
+            return
+        self.dead = True
+        cause = f"Xid {spec.xid}" if spec.kind == FaultKind.XID else "CUDA out of memory"
+        self.death_reason = cause
+        log.error("EngineCore encountered a fatal error (%s).", cause)
+        log.error("AsyncLLM output_handler failed. EngineDeadError: %s", ENGINE_DEAD_MESSAGE)
+        if self._engine_task is not None:
+            self._engine_task.cancel()
+        self.engine.fail_all()
+        for lv in self.live.values():
+            lv.error = True
+            lv.wake()
+
+    # --- ASGI -----------------------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        method, path = scope["method"], scope["path"]
+        handler = self._routes.get((method, path))
+        # The http_* families, as vLLM's Instrumentator counts them: not its probe and
+        # metrics paths, nor the simulator's own admin API (vLLM has none).
+        if path in HTTP_EXCLUDED or path.startswith("/admin/"):
+            await self._dispatch(handler, scope, receive, send)
+            return
+        status_and_size = [500, 0]
+
+        async def counted_send(msg: Message) -> None:
+            if msg["type"] == "http.response.start":
+                status_and_size[0] = msg["status"]
+                for key, value in msg.get("headers", ()):
+                    if key == b"content-length":
+                        status_and_size[1] = int(value)
+            await send(msg)
+
+        t0 = time.perf_counter()
+        try:
+            await self._dispatch(handler, scope, receive, counted_send)
+        finally:
+            self.metrics.http.observe(
+                method=method,
+                handler=path if handler is not None else "none",
+                status=status_and_size[0],
+                request_bytes=_content_length(scope),
+                response_bytes=status_and_size[1],
+                seconds=time.perf_counter() - t0,
+            )
+
+    async def _dispatch(
+        self,
+        handler: Callable[[Scope, Receive, Send], Awaitable[None]] | None,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        path = scope["path"]
+        if handler is None and path.startswith("/admin/faults/") and scope["method"] == "DELETE":
+            handler = self._faults_delete
+        if handler is None:
+            handler = self._not_found
+        try:
+            self._guard(scope)
+            await handler(scope, receive, send)
+        except HttpError as exc:
+            await send_json(send, exc.status, exc.body())
+            if exc.message == ENGINE_DEAD_MESSAGE:
+                self._exit_soon("a request hit EngineDeadError")
+        except PlainError as exc:
+            await send_json(send, exc.status, {"detail": exc.detail})
+
+    def _guard(self, scope: Scope) -> None:
+        """Refuse what a web page could send (faultday_wire.webguard): before any route acts."""
+        refusal = check_route(
+            scope["method"],
+            scope["path"],
+            scope["headers"],
+            listen_host=self.listen_host,
+            allowed_hosts=self.allowed_hosts,
+        )
+        if refusal is not None:
+            raise HttpError(refusal.status, refusal.message, "ForbiddenError")
+
+    async def _not_found(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if any(p == scope["path"] for _, p in self._routes):
+            raise PlainError(405, "Method Not Allowed")
+        raise PlainError(404, "Not Found")
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            msg = await receive()
+            if msg["type"] == "lifespan.startup":
+                self.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif msg["type"] == "lifespan.shutdown":
+                await self.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    # --- plain endpoints --------------------------------------------------------------------------
+    async def _health(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_bytes(send, 503 if self.dead else 200, b"", [])
+
+    async def _version(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_json(send, 200, {"version": self.config.vllm_version})
+
+    async def _load(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_json(send, 200, {"server_load": len(self.live)})
+
+    async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = generate_latest(self.metrics.registry)
+        await send_bytes(send, 200, body, [(b"content-type", CONTENT_TYPE_LATEST.encode())])
+
+    async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
+        name = self.config.name
+        card = {
+            "id": name,
+            "object": "model",
+            "created": int(self.boot),
+            "owned_by": "vllm",
+            "root": self.config.model,
+            "parent": None,
+            "max_model_len": self.config.max_model_len,
+            "permission": [
+                {
+                    "id": f"modelperm-{uuid.uuid4().hex[:16]}",
+                    "object": "model_permission",
+                    "created": int(self.boot),
+                    "allow_create_engine": False,
+                    "allow_sampling": True,
+                    "allow_logprobs": True,
+                    "allow_search_indices": False,
+                    "allow_view": True,
+                    "allow_fine_tuning": False,
+                    "organization": "*",
+                    "group": None,
+                    "is_blocking": False,
+                }
+            ],
+        }
+        await send_json(send, 200, {"object": "list", "data": [card]})
+
+    async def _tokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await read_json(receive)
+        req = _validate(TokenizeRequest, body)
+        if req.messages is not None:
+            text = render_chat(req.messages, _as_list(body.get("tools")) or None)
+        else:
+            text = req.prompt
+        ids = tokenize(text)
+        await send_json(
+            send,
+            200,
+            {
+                "count": len(ids),
+                "max_model_len": self.config.max_model_len,
+                "tokens": ids,
+                "token_strs": None,
+            },
+        )
+
+    async def _stats(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_json(
+            send,
+            200,
+            {
+                "steps": self.steps,
+                "max_lag_s": self.max_lag,
+                "lag_resets": self.lag_resets,
+                "live": len(self.live),
+                "ecc_sbe_errors": self.ecc_sbe_count,
+                "kv_capacity_blocks": self.engine.kv.capacity,
+            },
+        )
+
+    # --- fault admin API --------------------------------------------------------------------------
+    async def _faults_get(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_json(send, 200, self._faults_view())
+
+    def _faults_view(self) -> dict[str, Any]:
+        state = "dead" if self.dead else ("hung" if not self._resume.is_set() else "running")
+        return {
+            "engine": state,
+            "death_reason": self.death_reason,
+            "ecc_sbe_errors": self.ecc_sbe_count,
+            "faults": [f.model_dump() for f in self.faults.values()],
+        }
+
+    async def _faults_post(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await read_json(receive)
+        try:
+            spec = FaultSpec.model_validate(body)
+        except ValidationError as exc:
+            # The simulator's own API, not vLLM's: its errors keep the simulator's type.
+            raise body_validation_error(exc, "BadRequestError") from exc
+        fault = self.apply_fault(spec)
+        await send_json(send, 200, fault.model_dump())
+
+    async def _faults_delete(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        fid = path.removeprefix("/admin/faults").strip("/") or None
+        cleared = self.clear_faults(fid)
+        await send_json(send, 200, {"cleared": cleared, **self._faults_view()})
+
+    # --- generation -----------------------------------------------------------------------------
+    async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await read_json(receive)
+        # An explicit null gets past vLLM's request model and fails in its handler.
+        if "messages" in body and body["messages"] is None:
+            raise bad_request("'NoneType' object is not iterable")
+        req = _validate(ChatCompletionRequest, body)
+        await self._generate(self._parse(req, body), receive, send)
+
+    async def _completions(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await read_json(receive)
+        req = _validate(CompletionRequest, body)
+        await self._generate(self._parse(req, body), receive, send)
+
+    def _parse(self, req: GenerationRequest, body: dict[str, Any]) -> Parsed:
+        cfg = self.config
+        chat = isinstance(req, ChatCompletionRequest)
+        if req.model is not None and req.model not in (cfg.name, cfg.model):
+            raise HttpError(
+                404, f"The model `{req.model}` does not exist.", "NotFoundError", "model"
+            )
+        if req.n not in (None, 1):
+            raise bad_request("llmsim serves n=1 only", "n")
+        ids = tokenize(_prompt_text(req, body)) or [0]
+        max_tokens = self._max_tokens(req, prompt_len=len(ids))
+        seed = request_seed(cfg, ids, req.seed)
+        tool = self._tool_call(req, seed) if isinstance(req, ChatCompletionRequest) else None
+        target, reason = self._output_length(req, seed=seed, max_tokens=max_tokens, tool=tool)
+        opts = req.stream_options
+        return Parsed(
+            chat=chat,
+            stream=bool(req.stream),
+            include_usage=bool(opts is not None and opts.include_usage),
+            prompt_ids=ids,
+            max_tokens=max_tokens,
+            target=target,
+            stop_reason=reason,
+            seed=seed,
+            tool=tool,
+        )
+
+    def _max_tokens(self, req: GenerationRequest, *, prompt_len: int) -> int:
+        """The output budget, checked as vLLM checks it (its messages, word for word)."""
+        mlen = self.config.max_model_len
+        if prompt_len >= mlen:
+            raise bad_request(
+                f"This model's maximum context length is {mlen} tokens. However, your request "
+                f"has {prompt_len} input tokens. Please reduce the length of the input messages.",
+                "messages" if isinstance(req, ChatCompletionRequest) else "prompt",
+            )
+        asked = req.max_tokens
+        if isinstance(req, ChatCompletionRequest):
+            asked = req.max_completion_tokens or req.max_tokens
+        max_tokens = asked if asked is not None else mlen - prompt_len
+        if max_tokens < 1:
+            raise bad_request(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens")
+        if max_tokens > mlen - prompt_len:
+            raise bad_request(
+                f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This "
+                f"model's maximum context length is {mlen} tokens and your request has "
+                f"{prompt_len} input tokens ({max_tokens} > {mlen} - {prompt_len}).",
+                "max_tokens",
+            )
+        if req.min_tokens < 0:
+            raise bad_request(
+                f"min_tokens must be greater than or equal to 0, got {req.min_tokens}.",
+                "min_tokens",
+            )
+        if req.min_tokens > max_tokens:
+            raise bad_request(
+                f"min_tokens must be less than or equal to max_tokens={max_tokens}, "
+                f"got {req.min_tokens}.",
+                "min_tokens",
+            )
+        return max_tokens
+
+    def _tool_call(self, req: ChatCompletionRequest, seed: int) -> ToolCall | None:
+        if not req.tools:
+            return None
+        return choose_tool_call(
+            config=self.config,
+            functions=[t.function for t in req.tools],
+            tool_choice=req.tool_choice,
+            messages=req.messages,
+            seed=seed,
+        )
+
+    def _output_length(
+        self, req: GenerationRequest, *, seed: int, max_tokens: int, tool: ToolCall | None
+    ) -> tuple[int, FinishReason]:
+        """How many tokens this request generates, and why it stops."""
+        if tool is not None:
+            return min(max_tokens, count_tokens(tool.arguments) + 1), FinishReason.STOP
+        rng = random.Random(seed)  # noqa: S311 - reproducible lengths, not secrets
+        wanted = max_tokens if req.ignore_eos else sample_length(self.config.output_len, rng)
+        wanted = max(wanted, req.min_tokens)
+        reason = FinishReason.STOP if wanted < max_tokens else FinishReason.LENGTH
+        return min(wanted, max_tokens), reason
+
+    async def _generate(self, parsed: Parsed, receive: Receive, send: Send) -> None:
+        if self.dead:
+            raise engine_dead_error()
+        cap = self.config.max_num_queued_reqs
+        if cap is not None and len(self.engine.waiting) >= cap:
+            self.metrics.record_rejection("max_num_queued_reqs")
+            raise HttpError(
+                503, "The server is overloaded: the waiting queue is full.", "ServiceUnavailable"
+            )
+        prefix = "chatcmpl-" if parsed.chat else "cmpl-"
+        req_id = prefix + uuid.uuid4().hex
+        sim = SimRequest(
+            req_id=req_id,
+            prompt=parsed.prompt_ids,
+            target_output=parsed.target,
+            stop_reason=parsed.stop_reason,
+            arrival=time.monotonic(),
+            max_tokens_param=parsed.max_tokens,
+        )
+        lv = Live(parsed, sim, req_id)
+        self.live[req_id] = lv
+        self.metrics.record_arrival(max_tokens=parsed.max_tokens)
+        self.engine.add(sim)
+        self._wake.set()
+        watcher = asyncio.create_task(self._watch_disconnect(receive, lv))
+        try:
+            if parsed.stream:
+                await self._stream(lv, send)
+            else:
+                await self._complete(lv, send)
+        finally:
+            watcher.cancel()
+            self.live.pop(req_id, None)
+
+    async def _watch_disconnect(self, receive: Receive, lv: Live) -> None:
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                if not lv.done and not lv.error and self.engine.abort(lv.req_id) is not None:
+                    self.metrics.success[FinishReason.ABORT].inc()
+                    lv.error = True
+                    lv.wake()
+                return
+
+    async def _wait(self, lv: Live) -> None:
+        while lv.pending == 0 and not lv.done and not lv.error:
+            lv.waiter = asyncio.get_running_loop().create_future()
+            await lv.waiter
+            lv.waiter = None
+
+    async def _complete(self, lv: Live, send: Send) -> None:
+        while not lv.done and not lv.error:
+            await self._wait(lv)
+            n, lv.pending = lv.pending, 0
+            if n:
+                lv.text.append(lv.take_text(n))
+        if lv.error:
+            raise engine_dead_error() if self.dead else HttpError(499, "aborted", "Aborted")
+        await send_json(send, 200, self._final_body(lv))
+
+    def _usage(self, lv: Live) -> dict[str, Any]:
+        p, c = len(lv.sim.prompt), lv.sim.num_output
+        return {
+            "prompt_tokens": p,
+            "total_tokens": p + c,
+            "completion_tokens": c,
+            "prompt_tokens_details": None,
+        }
+
+    def _finish_reason(self, lv: Live) -> str:
+        if lv.tool is not None:
+            return "tool_calls"
+        return str(lv.sim.finish_reason or lv.sim.stop_reason)
+
+    def _final_body(self, lv: Live) -> dict[str, Any]:
+        text = "".join(lv.text)
+        base = {"id": lv.req_id, "created": lv.created, "model": self.config.name}
+        if not lv.chat:
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": self._finish_reason(lv),
+                "stop_reason": None,
+                "prompt_logprobs": None,
+            }
+            return {
+                **base,
+                "object": "text_completion",
+                "choices": [choice],
+                "usage": self._usage(lv),
+            }
+        message: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": []}
+        if lv.tool is not None:
+            message["content"] = None
+            message["tool_calls"] = [
+                {
+                    "id": lv.tool.call_id,
+                    "type": "function",
+                    "function": {"name": lv.tool.name, "arguments": lv.tool.arguments},
+                }
+            ]
+        choice = {
+            "index": 0,
+            "message": message,
+            "logprobs": None,
+            "finish_reason": self._finish_reason(lv),
+            "stop_reason": None,
+        }
+        return {**base, "object": "chat.completion", "choices": [choice], "usage": self._usage(lv)}
+
+    async def _stream(self, lv: Live, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+        name = json.dumps(self.config.name)
+        if lv.chat:
+            head = (
+                f'data: {{"id":"{lv.req_id}","object":"chat.completion.chunk",'
+                f'"created":{lv.created},"model":{name},"choices":[{{"index":0,'
+            ).encode()
+        else:
+            head = (
+                f'data: {{"id":"{lv.req_id}","object":"text_completion",'
+                f'"created":{lv.created},"model":{name},"choices":[{{"index":0,'
+            ).encode()
+        first = True
+        while True:
+            await self._wait(lv)
+            if lv.error:
+                await self._send_stream_error(lv, send)
+                return
+            n, lv.pending = lv.pending, 0
+            parts: list[bytes] = []
+            if first and n:
+                first = False
+                if lv.chat:
+                    parts.extend(_chat_opening(lv, head))
+            if n:
+                text = lv.take_text(n)
+                finish = json.dumps(self._finish_reason(lv)) if lv.done else "null"
+                if text or lv.done:
+                    parts.append(self._chunk(lv, head, text, finish))
+            if lv.done and lv.include_usage:
+                usage = json.dumps(self._usage(lv))
+                tail = head[: head.index(b'"choices"')]
+                parts.append(tail + b'"choices":[],"usage":' + usage.encode() + b"}\n\n")
+            if lv.done:
+                parts.append(b"data: [DONE]\n\n")
+            if parts:
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": b"".join(parts),
+                        "more_body": not lv.done,
+                    }
+                )
+                self._last_write = time.monotonic()
+            if lv.done:
+                return
+
+    def _chunk(self, lv: Live, head: bytes, text: str, finish: str) -> bytes:
+        if not lv.chat:
+            return (
+                head
+                + f'"text":{json.dumps(text)},"logprobs":null,"finish_reason":{finish},'
+                f'"stop_reason":null}}]}}\n\n'.encode()
+            )
+        if lv.tool is not None:
+            delta = (
+                json.dumps({"tool_calls": [{"index": 0, "function": {"arguments": text}}]})
+                if text
+                else "{}"
+            )
+        else:
+            delta = '{"content":' + json.dumps(text) + "}"
+        return head + f'"delta":{delta},"logprobs":null,"finish_reason":{finish}}}]}}\n\n'.encode()
+
+    async def _send_stream_error(self, lv: Live, send: Send) -> None:
+        if not self.dead:
+            return  # the client went away; nothing to tell it
+        body = json.dumps(engine_dead_error().body()).encode()
+        await send(
+            {
+                "type": "http.response.body",
+                "body": b"data: " + body + b"\n\ndata: [DONE]\n\n",
+                "more_body": False,
+            }
+        )
+
+
+def _chat_opening(lv: Live, head: bytes) -> list[bytes]:
+    """The role chunk (and a tool call's header) that open a chat stream, as vLLM sends them."""
+    tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
+    parts = [head + b'"delta":{"role":"assistant","content":""}' + tail]
+    if lv.tool is not None:
+        call = {
+            "index": 0,
+            "id": lv.tool.call_id,
+            "type": "function",
+            "function": {"name": lv.tool.name, "arguments": ""},
+        }
+        parts.append(head + b'"delta":' + json.dumps({"tool_calls": [call]}).encode() + tail)
+    return parts
+
+
+def _prompt_text(req: GenerationRequest, body: dict[str, Any]) -> str:
+    if isinstance(req, ChatCompletionRequest):
+        if not req.messages:
+            raise bad_request("messages must be a non-empty list", "messages")
+        # The tools as the client sent them, not as parsed: the template renders them.
+        return render_chat(req.messages, _as_list(body.get("tools")) or None)
+    prompt: Any = req.prompt
+    if prompt is None or prompt in ("", []):
+        raise bad_request(
+            "Either prompt or prompt_embeds must be provided and non-empty. (parameter=prompt)",
+            "prompt",
+        )
+    if isinstance(prompt, list):
+        if len(prompt) != 1:
+            raise bad_request("llmsim serves one prompt per request", "prompt")
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise bad_request("prompt must be a string", "prompt")
+    return prompt
+
+
+def _validate(model: type[BodyT], body: dict[str, Any]) -> BodyT:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise body_validation_error(exc) from exc
+
+
+def _as_list(value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        return []
+    return [v for v in value if isinstance(v, dict)]
+
+
+async def read_json(receive: Receive) -> dict[str, Any]:
+    chunks = []
+    size = 0
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            raise HttpError(400, "client disconnected", "BadRequestError")
+        chunk = msg.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise HttpError(413, "request body too large", "BadRequestError")
+        chunks.append(chunk)
+        if not msg.get("more_body"):
+            break
+    raw = b"".join(chunks)
+    if not raw:
+        return {}
+    too_deep = f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+    try:
+        body = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise _json_invalid(exc.pos, exc.msg) from exc
+    except RecursionError as exc:
+        raise _json_invalid(0, too_deep) from exc
+    except ValueError as exc:  # not UTF-8, or an integer past Python's 4300 digits
+        raise _json_invalid(0, str(exc)[:200]) from exc
+    if _nested_deeper(body, raw, MAX_JSON_DEPTH):
+        raise _json_invalid(0, too_deep)
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    loc = _lone_surrogate_at(body, raw)
+    if loc is not None:
+        why = "Input should be a valid string, unable to parse raw data as a unicode string"
+        detail = _error_detail("string_unicode", loc, why, "<str>")
+        raise HttpError(400, f"1 validation error:\n  {detail}", "Bad Request", loc)
+    return body
+
+
+def _json_invalid(pos: int, why: str) -> HttpError:
+    return validation_error("json_invalid", f"body.{pos}", "JSON decode error", items=0, ctx=why)
+
+
+def _lone_surrogate_at(body: dict[str, Any], raw: bytes) -> str | None:
+    """The field whose string holds an unpaired UTF-16 surrogate, if any."""
+    # JSON may escape one (\\ud800), but it is not text: the tokenizer's encode would raise.
+    if not _SURROGATE_ESCAPE.search(raw):
+        return None  # JSON can carry one only escaped: the usual body stops here
+    todo: list[tuple[Any, str]] = [(body, "body")]
+    while todo:
+        item, loc = todo.pop()
+        if isinstance(item, str) and not _is_text(item):
+            return loc
+        if isinstance(item, dict):
+            todo.extend((v, f"{loc}.{k}") for k, v in item.items())
+            todo.extend((k, f"{loc}.{k}") for k in item)
+        elif isinstance(item, list):
+            todo.extend((v, f"{loc}.{i}") for i, v in enumerate(item))
+    return None
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _nested_deeper(value: Any, raw: bytes, limit: int) -> bool:
+    """True when arrays and objects nest more than ``limit`` deep (walked without recursion)."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False  # cannot nest deeper than it has brackets: the usual body stops here
+    todo: list[tuple[dict[str, Any] | list[Any], int]] = []
+    if isinstance(value, dict | list):
+        todo.append((value, 1))
+    while todo:
+        item, depth = todo.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        todo.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
+
+
+async def send_bytes(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
+) -> None:
+    headers = [*headers, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_json(send: Send, status: int, obj: Any) -> None:
+    await send_bytes(send, status, json.dumps(obj).encode(), _JSON)
+
+
+def _content_length(scope: Scope) -> int:
+    for key, value in scope["headers"]:
+        if key == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return 0
+    return 0
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind before serving, so ``port=0`` works and the caller learns the port at once."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(
+    config: SimConfig,
+    *,
+    host: str,
+    port: int,
+    log_level: str = "info",
+    access_log: bool = False,
+    port_file: str = "",
+    loop: str = "auto",
+) -> int:
+    """Run the simulator until it is stopped or its engine dies; returns the exit status."""
+    import uvicorn
+
+    sock = bind_socket(host, port)
+    actual = sock.getsockname()[1]
+    if port_file:
+        Path(port_file).write_text(str(actual), encoding="utf-8")
+
+    async def main() -> int:
+        sim = LlmSim(config, listen_host=host, allowed_hosts=allowed_hosts_from_env())
+        uv_config = uvicorn.Config(
+            sim,
+            log_level=log_level,
+            access_log=access_log,
+            lifespan="on",
+            timeout_graceful_shutdown=3,
+            timeout_keep_alive=30,
+        )
+        server = uvicorn.Server(uv_config)
+
+        def request_exit() -> None:
+            server.should_exit = True
+
+        sim.set_exit_callback(request_exit)
+        log.info("llmsim listening on http://%s:%d (pid %d)", host, actual, os.getpid())
+        await server.serve(sockets=[sock])
+        # 0 even after engine death: vLLM's API server shuts down cleanly and exits 0
+        # then, so an on-failure restart policy does not restart it (docs/real-vllm.md).
+        return 0
+
+    if loop == "asyncio":
+        return asyncio.run(main())
+    try:
+        import uvloop
+    except ImportError:
+        if loop == "uvloop":
+            raise
+        return asyncio.run(main())
+    return uvloop.run(main())

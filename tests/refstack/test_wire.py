@@ -1,0 +1,100 @@
+"""What the harness and the reference stack must spell alike, checked side by side.
+
+The services take the fault-admin bodies and metric names from faultday_wire;
+where the harness still keeps its own copy (a check's metric name, the lint's
+timeout names, the duration grammar), these tests keep the copies equal.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from faultday.checks import agent as agent_checks
+from faultday.checks import metrics as metric_checks
+from faultday.checks import requests as request_checks
+from faultday.checks.lint import DEPENDENCIES
+from faultday.core import durations as harness_durations
+from faultday.injectors.gpu import GpuThrottle, KvPressure
+from faultday_refstack import durations as refstack_durations
+from faultday_refstack.agent.config import Timeouts
+from faultday_wire.admin import FaultKind
+from faultday_wire.metrics import (
+    AGENT_BREAKER_STATE,
+    AGENT_BREAKER_TRANSITIONS,
+    AGENT_TOOL_CALLS,
+    BREAKER_HALF_OPEN,
+    BREAKER_STATES,
+    VLLM_QUEUE_TIME,
+    total,
+)
+
+REPO = Path(__file__).parents[2]
+
+
+def test_checks_read_the_names_the_agent_exports() -> None:
+    assert metric_checks.BREAKER_METRIC == AGENT_BREAKER_STATE
+    assert total(AGENT_BREAKER_TRANSITIONS) == metric_checks.BREAKER_TRANSITIONS
+    assert total(AGENT_TOOL_CALLS) == agent_checks.TOOL_CALLS
+    assert request_checks.QUEUE_METRIC == VLLM_QUEUE_TIME
+    # The breaker check reads 2 as open, 1 as half-open, 0 as closed.
+    assert sorted(BREAKER_STATES.values()) == [0, 1, 2]
+    assert BREAKER_STATES[BREAKER_HALF_OPEN] == 1
+
+
+def test_simulator_fault_kinds_the_injectors_post_exist() -> None:
+    assert {GpuThrottle.kind, KvPressure.kind} <= {k.value for k in FaultKind}
+
+
+def test_lint_knows_the_agents_timeouts() -> None:
+    # `faultday lint` reads the agent's policy file by plain YAML, by these names.
+    used = {name for pair in DEPENDENCIES.values() for name in pair}
+    assert used <= set(Timeouts.model_fields)
+
+
+def test_duration_grammar_copies_are_equal() -> None:
+    assert refstack_durations.PATTERN == harness_durations.PATTERN
+    assert refstack_durations.MAX_CHARS == harness_durations.MAX_CHARS
+    harness_units = {u: float(s) for u, s in harness_durations.UNIT_SECONDS.items()}
+    assert harness_units == refstack_durations.UNIT_SECONDS
+
+
+def _parse(parse: object, text: str) -> float | None:
+    try:
+        return parse(text)  # type: ignore[operator,no-any-return]
+    except ValueError:
+        return None
+
+
+@given(
+    st.from_regex(re.compile(harness_durations.PATTERN), fullmatch=True)
+    | st.text(alphabet="0123456789.umsh \t\n-+e٣", max_size=12)
+)
+def test_both_sides_read_a_duration_alike(text: str) -> None:
+    assert _parse(refstack_durations.parse_duration, text) == _parse(
+        harness_durations.parse_duration, text
+    )
+
+
+def test_agent_reports_a_bad_policy_file_with_its_position(tmp_path: Path) -> None:
+    text = (REPO / "stack" / "agent.yaml").read_text()
+    bad = tmp_path / "agent.yaml"
+    bad.write_text(text.replace("model_call: 2s,", "model_call: 2,", 1))
+    line = next(i for i, x in enumerate(bad.read_text().splitlines(), 1) if "model_call: 2," in x)
+    urls = [f"--{n}=http://127.0.0.1:9" for n in ("redis", "llm-primary", "llm-backup")]
+    urls += [f"--{n}=http://127.0.0.1:9" for n in ("embedder", "qdrant", "tools")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "faultday_refstack.agent", "--config", str(bad), *urls],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert f"{bad}:{line}:" in proc.stderr
+    assert "policies.default.timeouts.model_call: 2 has no unit" in proc.stderr
