@@ -65,7 +65,7 @@ def _add_optional_apps() -> None:
     subapps = [
         ("faultday.proxy.cli", "proxy", "The Toxiproxy-compatible fault proxy."),
         ("faultday.stack.cli", "stack", "Bring the reference stack up and down."),
-        ("faultday.stack.services.llmsim.cli", "sim", "Simulated components (the vLLM simulator)."),
+        ("faultday.stack.sim", "sim", "Simulated components (the vLLM simulator)."),
         ("faultday.checks.cli", "", ""),  # faultday lint
         ("faultday.report.cli", "", ""),  # faultday report, runbook, gameday
         ("faultday.cluster.cli", "", ""),  # faultday k8s plan|rbac|manifests
