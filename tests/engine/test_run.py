@@ -53,6 +53,10 @@ def test_run_injects_and_reverts_on_schedule(tmp_path: Path) -> None:
         "stack-down",
         "done",
     ]
+    # The timeline (sorted by scenario time) keeps that order: warm-up sits before t=0.
+    by_time = sorted(_events(j, "phase"), key=lambda e: (e["t"], e["wall"]))
+    assert [e["message"] for e in by_time] == phases
+    assert by_time[1]["t"] <= 0 <= by_time[2]["t"]
     inj = {e["fault"]: e["t"] for e in _events(j, "fault.injected")}
     rev = {e["fault"]: e["t"] for e in _events(j, "fault.reverted")}
     assert inj["freeze"] == pytest.approx(1.0, abs=0.15)

@@ -187,10 +187,8 @@ class Run:
     def event(self, kind: str, message: str = "", **data: object) -> None:
         fault = data.pop("fault", None)
         target = data.pop("target", None)
-        before_warmup = self.phase in (Phase.SETUP, Phase.STACK_UP)
         ev = JournalEvent(
-            # Before warm-up the clock is not armed: such events sit at its start, -warmup.
-            t=-self.scenario.spec.warmup if before_warmup else round(self.clock.now(), 4),
+            t=self._event_time(),
             wall=time.time(),
             kind=kind,
             message=message,
@@ -201,6 +199,15 @@ class Run:
         with self._lock:
             self.journal.events.append(ev)
         log.info("%s %s", kind, message)
+
+    def _event_time(self) -> float:
+        """Scenario time of an event now: never after t=0 while the run is still before it."""
+        if self.phase in (Phase.SETUP, Phase.STACK_UP):
+            return -self.scenario.spec.warmup  # the clock is not armed yet: warm-up's start
+        now = round(self.clock.now(), 4)
+        # The clock restarts at the end of warm-up; a warm-up event stamped a few ms late
+        # must not land after the baseline's first events.
+        return min(now, 0.0) if self.phase == Phase.WARMUP else now
 
     def error(self, message: str) -> None:
         log.error("%s", message)
