@@ -10,7 +10,7 @@ import logging
 import sys
 from enum import IntEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -21,6 +21,9 @@ from faultday import __version__
 from faultday.core.journal import Journal, RunVerdict
 from faultday.errors import FaultdayError, ScenarioError, StackError, UsageError
 from faultday.scenario.loader import LoadedScenario
+
+if TYPE_CHECKING:
+    from faultday.session import Settings
 
 console = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
@@ -67,7 +70,7 @@ def _add_optional_apps() -> None:
         ("faultday.stack.cli", "stack", "Bring the reference stack up and down."),
         ("faultday.stack.sim", "sim", "Simulated components (the vLLM simulator)."),
         ("faultday.checks.cli", "", ""),  # faultday lint
-        ("faultday.report.cli", "", ""),  # faultday report, runbook, gameday
+        ("faultday.cli_report", "", ""),  # faultday report, runbook, gameday
         ("faultday.cluster.cli", "", ""),  # faultday k8s plan|rbac|manifests
     ]
     for module, name, help_text in subapps:
@@ -104,24 +107,6 @@ def version() -> None:
     out.print(__version__)
 
 
-def _target_resolver(base_dir: Path):  # type: ignore[no-untyped-def]
-    """Targets of a stack profile (components and edges), for validation and dry runs."""
-    try:
-        from faultday.stack.profile import EDGE_SEP, load_profile
-    except ImportError:
-        return None
-    from faultday.core.targets import TargetKind
-
-    def resolve(stack: str) -> dict[str, TargetKind]:
-        profile = load_profile(stack, base_dir=base_dir)
-        return {
-            n: TargetKind.EDGE if EDGE_SEP in n else TargetKind.COMPONENT
-            for n in profile.target_names()
-        }
-
-    return resolve
-
-
 def _print_problems(exc: ScenarioError) -> None:
     from rich.markup import escape  # a user's key or value may read "[/x]": text, not markup
 
@@ -135,11 +120,12 @@ def validate(
 ) -> None:
     """Check scenarios; report every problem with file:line:col."""
     from faultday.scenario.loader import find_scenarios, load_scenario
+    from faultday.session import target_resolver  # start-up time: the engine and its plugins
 
     files = find_scenarios(paths)
     if not files:
         raise UsageError(f"no *.scenario.yaml files in {', '.join(map(str, paths))}")
-    resolver = _target_resolver(Path.cwd())
+    resolver = target_resolver(Path.cwd())
     bad = 0
     for f in files:
         try:
@@ -221,21 +207,15 @@ def run(
     ] = None,
 ) -> None:
     """Run one scenario and write its journal and reports."""
-    from faultday.engine.plan import make_plan
+    # Imported here for start-up time: the engine, its plugins and the stack driver.
     from faultday.scenario.loader import load_scenario
+    from faultday.session import Overrides, Settings, target_resolver
 
-    loaded = load_scenario(scenario, resolve_targets=_target_resolver(Path.cwd()))
-    if stack or policy:
-        spec = loaded.scenario.spec.model_copy(
-            update={k: v for k, v in (("stack", stack), ("policy", policy)) if v}
-        )
-        loaded = type(loaded)(
-            scenario=loaded.scenario.model_copy(update={"spec": spec}),
-            file=loaded.file,
-            document=loaded.document,
-        )
+    overrides = Overrides(stack=stack, policy=policy)
+    loaded = overrides.apply(load_scenario(scenario, resolve_targets=target_resolver(Path.cwd())))
     if dry_run:
         from faultday.engine.dryrun import render_plan
+        from faultday.engine.plan import make_plan
 
         out.print(
             render_plan(
@@ -247,62 +227,41 @@ def run(
             )
         )
         return
-    from faultday.core.plugins import DRIVERS, Registry, did_you_mean
-
-    drivers: Registry[object] = Registry(DRIVERS, "driver")
-    if driver not in drivers:
-        raise UsageError(f"--driver: no driver {driver!r}{did_you_mean(driver, drivers.names())}")
-    journal = _execute(
-        loaded,
-        time_scale=time_scale,
+    settings = Settings(
         report_dir=report_dir,
-        progress=progress,
+        base_dir=Path.cwd(),
+        time_scale=time_scale,
         driver=driver,
         driver_config=driver_config,
     )
+    journal = _execute(loaded, settings=settings, progress=progress)
     _summarize(journal)
     raise typer.Exit(VERDICT_EXIT[journal.verdict])
 
 
-def _execute(
-    loaded: LoadedScenario,
-    *,
-    time_scale: float,
-    report_dir: Path,
-    progress: bool | None,
-    driver: str = "process",
-    driver_config: Path | None = None,
-) -> Journal:
+def _execute(loaded: LoadedScenario, *, settings: Settings, progress: bool | None) -> Journal:
     from faultday.engine.display import StatusView
-    from faultday.engine.interrupts import SignalPolicy
-    from faultday.engine.runner import Run, RunOptions
-    from faultday.engine.stacks import default_stack_factory
-    from faultday.report.render import render_all
+    from faultday.session import Hooks, SignalPolicy, check_driver, run_scenario
 
+    check_driver(settings.driver)  # before the signal handler and the display start
     view = StatusView(loaded.scenario)
     show = sys.stderr.isatty() if progress is None else progress
-    options = RunOptions(
-        time_scale=time_scale,
-        report_dir=report_dir,
-        base_dir=Path.cwd(),
-        driver=driver,
-        driver_config=driver_config,
+    hooks = Hooks(
+        on_run=lambda the_run: console.print(f"run folder: {the_run.run_dir}"),
+        on_status=view.update,
+        display=(
+            (lambda: Live(view, console=console, refresh_per_second=4, transient=True))
+            if show
+            else None
+        ),
     )
-    options.on_status = view.update
-    the_run = Run(loaded, options)
-    console.print(f"run folder: {the_run.run_dir}")
     policy = SignalPolicy(say=lambda text: console.print(f"[yellow]{text}[/]"))
-    policy.attach(the_run)
     # Installed for the rendering too: a signal there must not lose the report.
     with policy.installed():
-        if show:
-            with Live(view, console=console, refresh_per_second=4, transient=True):
-                journal = the_run.execute(default_stack_factory)
-        else:
-            journal = the_run.execute(default_stack_factory)
-        for err in render_all(journal, Path(journal.run_dir)):
+        outcome = run_scenario(loaded, settings=settings, signals=policy, hooks=hooks)
+        for err in outcome.report_errors:
             console.print(f"[red]report error[/] {err}")
-    return journal
+    return outcome.journal
 
 
 def _summarize(journal: Journal) -> None:

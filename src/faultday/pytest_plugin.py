@@ -9,14 +9,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from faultday.core.journal import Journal, RunVerdict
-from faultday.engine.stacks import StackPool
-from faultday.errors import FaultdayError, ScenarioError
+from faultday.errors import ScenarioError
 from faultday.scenario.loader import SUFFIX, LoadedScenario, load_scenario
+
+if TYPE_CHECKING:
+    from faultday.session import StackPool
 
 REPORT_KEY = pytest.StashKey[Path]()
 
@@ -46,6 +48,8 @@ def _pool(config: pytest.Config) -> StackPool | None:
     if POOL_KEY not in config.stash:
         from datetime import UTC, datetime
 
+        from faultday.session import StackPool
+
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         folder = Path(config.getoption("faultday_report_dir")) / f"pytest-stacks-{stamp}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -67,19 +71,16 @@ def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Col
     return None
 
 
-def _resolver(base: Path):  # type: ignore[no-untyped-def]
-    from faultday.cli import _target_resolver
-
-    return _target_resolver(base)
-
-
 class ScenarioFile(pytest.File):
     """A scenario file: one item, or a collection error naming file:line."""
 
     def collect(self) -> Iterator[ScenarioItem]:
+        # Imported here, not at the top: every pytest session loads this plugin.
+        from faultday.session import target_resolver
+
         try:
             loaded = load_scenario(
-                self.path, resolve_targets=_resolver(self.config.invocation_params.dir)
+                self.path, resolve_targets=target_resolver(self.config.invocation_params.dir)
             )
         except ScenarioError as exc:
             raise self.CollectError("invalid scenario:\n" + str(exc)) from None
@@ -106,46 +107,25 @@ class ScenarioItem(pytest.Item):
         self.loaded = loaded
 
     def runtest(self) -> None:
-        from faultday.engine.runner import Run, RunOptions
-        from faultday.engine.stacks import default_stack_factory
-        from faultday.report.render import render_all
+        from faultday.session import Overrides, Settings, run_scenario
 
         opt = self.config.getoption
-        loaded = self.loaded
-        overrides = {
-            k: v
-            for k, v in (("stack", opt("faultday_stack")), ("policy", opt("faultday_policy")))
-            if v
-        }
-        if overrides:
-            spec = loaded.scenario.spec.model_copy(update=overrides)
-            loaded = LoadedScenario(
-                scenario=loaded.scenario.model_copy(update={"spec": spec}),
-                file=loaded.file,
-                document=loaded.document,
-            )
-        options = RunOptions(
-            time_scale=opt("faultday_time_scale"),
-            report_dir=Path(opt("faultday_report_dir")),
-            base_dir=self.config.invocation_params.dir,
+        outcome = run_scenario(
+            self.loaded,
+            settings=Settings(
+                report_dir=Path(opt("faultday_report_dir")),
+                base_dir=self.config.invocation_params.dir,
+                time_scale=opt("faultday_time_scale"),
+            ),
+            overrides=Overrides(stack=opt("faultday_stack"), policy=opt("faultday_policy")),
+            pool=_pool(self.config),
         )
-        run = Run(loaded, options)
-        pool = _pool(self.config)
-        if pool is not None:
-            try:
-                options.shared_stack = pool.get(loaded)
-            except FaultdayError:
-                # The run then starts its own stack and records why it could not.
-                options.shared_stack = None
-        journal = run.execute(default_stack_factory)
-        if pool is not None and options.shared_stack is not None:
-            pool.after(journal)
-        render_all(journal, run.run_dir)
-        self.stash[REPORT_KEY] = run.run_dir
+        journal = outcome.journal
+        self.stash[REPORT_KEY] = outcome.run_dir
         self.user_properties.append(("faultday_verdict", str(journal.verdict)))
-        self.user_properties.append(("faultday_run_dir", str(run.run_dir)))
-        naive = loaded.scenario.metadata.naive
-        if naive is not None and loaded.scenario.spec.policy == "naive":
+        self.user_properties.append(("faultday_run_dir", str(outcome.run_dir)))
+        naive = outcome.scenario.metadata.naive
+        if naive is not None and outcome.scenario.spec.policy == "naive":
             raise ScenarioFailed(journal, note=_naive_note(journal, naive.fails, naive.because))
         if journal.verdict != RunVerdict.PASSED:
             raise ScenarioFailed(journal)

@@ -61,6 +61,7 @@ def test_game_day_index_loads_cleanly(
     aborted_run: tuple[Journal, Path],
     tmp_path: Path,
 ) -> None:
+    from faultday.gameday import facts_from_profile
     from faultday.report import gameday as gdm
 
     folder = failed_run[1].parent
@@ -81,7 +82,12 @@ def test_game_day_index_loads_cleanly(
     )
     gdm.overall(now)
     gdm.render_gameday(
-        now, folder, journals=journals, previous=before, base_dir=ROOT, runbook_stack="local"
+        now,
+        folder,
+        journals=journals,
+        previous=before,
+        base_dir=ROOT,
+        runbook_facts=lambda: facts_from_profile("local", base_dir=ROOT),
     )
     (page,) = open_pages(
         [folder / "index.html"],

@@ -31,6 +31,7 @@ from tests.report.test_reports import SECTIONS
 from tests.report.test_runbooks import FAILURE_MODES, STRUCTURE
 
 from faultday.core.journal import Journal
+from faultday.gameday import facts_from_profile
 from faultday.report import markdown
 from faultday.report import runbooks as rb
 from faultday.report.gameday import GameDay, render_gameday, summarize
@@ -219,7 +220,12 @@ def test_game_day_outputs_quote_hostile_scorecards_as_text(tmp_path: Path) -> No
     gd, previous, journals = _hostile_gameday(tmp_path)
     folder = tmp_path / "gameday"
     render_gameday(
-        gd, folder, journals=journals, previous=previous, base_dir=ROOT, runbook_stack="local"
+        gd,
+        folder,
+        journals=journals,
+        previous=previous,
+        base_dir=ROOT,
+        runbook_facts=lambda: facts_from_profile("local", base_dir=ROOT),
     )
     gpu = (folder / "runbooks" / "gpu-loss.md").read_text()
     assert live_markup(gpu) == [] and rendered_markdown_problems(gpu) == []

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from tests.conftest import ROOT, faultday
 
+from faultday.gameday import facts_from_profile
 from faultday.report import runbooks as rb
 
 FAILURE_MODES = [
@@ -48,10 +49,10 @@ def test_every_failure_mode_has_a_runbook() -> None:
 @pytest.mark.parametrize("name", FAILURE_MODES)
 def test_local_and_k8s_agree_in_structure_and_differ_in_commands(name: str) -> None:
     local = rb.render_runbook(
-        name, facts=rb.facts_from_profile("local", base_dir=ROOT), runbook_dir=RUNBOOKS
+        name, facts=facts_from_profile("local", base_dir=ROOT), runbook_dir=RUNBOOKS
     )
     k8s = rb.render_runbook(
-        name, facts=rb.facts_from_profile("k8s", base_dir=ROOT), runbook_dir=RUNBOOKS
+        name, facts=facts_from_profile("k8s", base_dir=ROOT), runbook_dir=RUNBOOKS
     )
     assert rb.headings(local) == rb.headings(k8s)
     assert [h[3:] for h in rb.headings(local) if h.startswith("## ")] == STRUCTURE
@@ -67,7 +68,7 @@ def test_local_and_k8s_agree_in_structure_and_differ_in_commands(name: str) -> N
 
 
 def test_game_day_numbers_are_quoted_where_the_runbook_applies() -> None:
-    facts = rb.facts_from_profile("local", base_dir=ROOT)
+    facts = facts_from_profile("local", base_dir=ROOT)
     numbers = [
         rb.Measured(
             scenario="gpu-loss-primary",
@@ -98,7 +99,7 @@ def test_an_undefined_name_in_a_template_is_an_error_not_a_blank(tmp_path: Path)
     )
     with pytest.raises(rb.RunbookError, match="llm_primray"):
         rb.render_runbook(
-            "typo", facts=rb.facts_from_profile("local", base_dir=ROOT), runbook_dir=tmp_path
+            "typo", facts=facts_from_profile("local", base_dir=ROOT), runbook_dir=tmp_path
         )
 
 

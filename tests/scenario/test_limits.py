@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from tests.conftest import ROOT
 
-from faultday.cli import _target_resolver
 from faultday.core.yamlpos import MAX_FILE_BYTES, parse_text
 from faultday.errors import ScenarioError
 from faultday.scenario.loader import load_scenario
+from faultday.session import target_resolver
 
 FAULT = (
     "    - {name: f%s, inject: http_error, target: agent->llm-primary, at: 30s, "
@@ -158,7 +158,7 @@ def test_each_case_is_a_located_error_in_well_under_a_second(name: str, tmp_path
     text, where, words = CASES[name]
     path = tmp_path / "case.scenario.yaml"
     path.write_text(text, encoding="utf-8")
-    resolver = _target_resolver(ROOT)
+    resolver = target_resolver(ROOT)
     load_scenario(ROOT / "scenarios" / "retry-storm.scenario.yaml", resolve_targets=resolver)
     start = time.perf_counter()
     with pytest.raises(ScenarioError) as info:
@@ -172,7 +172,7 @@ def test_each_case_is_a_located_error_in_well_under_a_second(name: str, tmp_path
 def test_the_base_is_valid(tmp_path: Path) -> None:
     path = tmp_path / "base.scenario.yaml"
     path.write_text(BASE)
-    load_scenario(path, resolve_targets=_target_resolver(ROOT))
+    load_scenario(path, resolve_targets=target_resolver(ROOT))
 
 
 def test_boundaries_are_accepted(tmp_path: Path) -> None:
@@ -180,7 +180,7 @@ def test_boundaries_are_accepted(tmp_path: Path) -> None:
     text = BASE.replace("spawn_rate: 8}", "spawn_rate: 8, sample_interval: 250ms}")
     text = text.replace("max: 0.01", "max: 1").replace("duration: 180s", 'duration: "180s\\n"')
     path.write_text(text + "".join(FAULT % i for i in range(49)))
-    load_scenario(path, resolve_targets=_target_resolver(ROOT))
+    load_scenario(path, resolve_targets=target_resolver(ROOT))
 
 
 def test_special_files_are_refused_without_reading(tmp_path: Path) -> None:

@@ -10,10 +10,10 @@ import pytest
 import yaml
 from tests.conftest import ROOT, faultday
 
-from faultday.cli import _target_resolver
 from faultday.errors import ScenarioError
 from faultday.scenario.loader import load_scenario
 from faultday.scenario.schema import scenario_schema
+from faultday.session import target_resolver
 
 BROKEN = sorted((Path(__file__).parent / "broken").glob("*.scenario.yaml"))
 
@@ -34,7 +34,7 @@ def test_the_corpus_is_large_enough() -> None:
 def test_each_broken_scenario_names_its_problem(path: Path) -> None:
     line, col, message = _expectation(path)
     with pytest.raises(ScenarioError) as info:
-        load_scenario(path, resolve_targets=_target_resolver(ROOT))
+        load_scenario(path, resolve_targets=target_resolver(ROOT))
     rendered = [str(p) for p in info.value.problems]
     wanted = f"{path}:{line}:{col}: "
     assert any(r.startswith(wanted) and message in r for r in rendered), rendered
@@ -63,7 +63,7 @@ def test_all_problems_are_reported_in_one_pass(tmp_path: Path) -> None:
     path = tmp_path / "many.scenario.yaml"
     path.write_text(text)
     with pytest.raises(ScenarioError) as info:
-        load_scenario(path, resolve_targets=_target_resolver(ROOT))
+        load_scenario(path, resolve_targets=target_resolver(ROOT))
     messages = " | ".join(p.message for p in info.value.problems)
     assert "has no unit" in messages
     assert "unknown check 'helth'" in messages

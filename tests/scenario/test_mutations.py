@@ -23,9 +23,9 @@ import pytest
 from tests.conftest import ROOT, faultday
 from tests.scenario.mutations import CASES, MUTATORS, Case, corpus
 
-from faultday.cli import _target_resolver
 from faultday.errors import ScenarioError
 from faultday.scenario.loader import load_scenario
+from faultday.session import target_resolver
 
 BUDGET_S = (
     1.0  # "well under a second": the slowest case measured takes ~0.35 s on a busy 2-core box
@@ -120,7 +120,7 @@ def test_the_corpus_is_generated_large_and_covers_every_mutator() -> None:
 def test_no_traceback_no_hang_every_error_located(
     materialised: list[tuple[Case, Path]],
 ) -> None:
-    resolver = _target_resolver(ROOT)
+    resolver = target_resolver(ROOT)
     for source in sorted({case.source for case, _ in materialised}):
         load_scenario(source, resolve_targets=resolver)  # valid, and every plugin imported
     failures: list[str] = []

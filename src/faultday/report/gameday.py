@@ -1,8 +1,9 @@
-"""The quarterly game day: run a suite of scenarios, score it, compare with the last one, render.
+"""The quarterly game day's scorecard: score a suite's journals, compare with the last one, render.
 
-Outputs, in ``<report-dir>/gameday-<UTC stamp>/``: one run folder per scenario
-(journal + reports), ``gameday.json`` (this model: the input of the next game
-day's trend and of ``faultday runbook render --results``), ``index.html``,
+Running the suite is ``faultday.gameday``'s; this module only reads journals and
+writes outputs. In ``<report-dir>/gameday-<UTC stamp>/``: one run folder per
+scenario (journal + reports), ``gameday.json`` (this model: the input of the next
+game day's trend and of ``faultday runbook render --results``), ``index.html``,
 ``junit.xml`` and ``runbooks/``.
 """
 
@@ -21,15 +22,11 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from faultday.core.journal import Journal, RunVerdict
-from faultday.engine.stacks import StackPool
 from faultday.errors import FaultdayError, ScenarioError, UsageError
 from faultday.report.view import not_evaluated, scenario_name
 
 if TYPE_CHECKING:
-    from faultday.core.targets import TargetKind
-    from faultday.engine.runner import Run, Status
-    from faultday.report.runbooks import Measured
-    from faultday.scenario.loader import LoadedScenario
+    from faultday.report.runbooks import Measured, StackFacts
 
 
 log = logging.getLogger(__name__)
@@ -323,175 +320,7 @@ def trends(
     return st, ct
 
 
-# ---- running ----------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Progress:
-    """Callbacks for a live display; all optional."""
-
-    on_start: Callable[[int, int, str], None] | None = None
-    on_status: Callable[[Status], None] | None = None
-    on_done: Callable[[int, int, Journal], None] | None = None
-
-
-def load_suite(
-    paths: Sequence[Path], *, tags: Sequence[str], base_dir: Path
-) -> list[LoadedScenario]:
-    """Scenarios under ``paths`` with one of ``tags``; every invalid one reported at once."""
-    from faultday.scenario.loader import find_scenarios, load_scenario
-
-    files = find_scenarios(paths)
-    if not files:
-        raise UsageError(f"no *.scenario.yaml files in {', '.join(map(str, paths))}")
-    resolver = _target_resolver(base_dir)
-    loaded, problems = [], []
-    for f in files:
-        try:
-            loaded.append(load_scenario(f, resolve_targets=resolver))
-        except ScenarioError as exc:
-            problems.extend(exc.problems)
-    if problems:
-        raise ScenarioError(problems)
-    if tags:
-        loaded = [x for x in loaded if set(tags) & set(x.scenario.metadata.tags)]
-        if not loaded:
-            raise UsageError(f"no scenario is tagged {', '.join(tags)}")
-    return loaded
-
-
-def _target_resolver(base_dir: Path) -> Callable[[str], dict[str, TargetKind]]:
-    """Targets of a stack profile, so a scenario naming an unknown component fails up front."""
-    from faultday.core.targets import TargetKind
-    from faultday.stack.profile import EDGE_SEP, load_profile
-
-    def resolve(stack: str) -> dict[str, TargetKind]:
-        profile = load_profile(stack, base_dir=base_dir)
-        return {
-            n: TargetKind.EDGE if EDGE_SEP in n else TargetKind.COMPONENT
-            for n in profile.target_names()
-        }
-
-    return resolve
-
-
-def run_gameday(
-    paths: Sequence[Path],
-    *,
-    tags: Sequence[str] = (),
-    time_scale: float = 1.0,
-    report_dir: Path = Path("reports"),
-    base_dir: Path | None = None,
-    reuse_stack: bool = True,
-    progress: Progress | None = None,
-    runbook_stack: str | None = None,
-    stop: Callable[[], bool] | None = None,
-    on_run: Callable[[Run], None] | None = None,
-) -> tuple[GameDay, Path]:
-    """Run every scenario in turn; write the game day's outputs; return it and its folder."""
-    from faultday.report.render import render_all
-
-    base = base_dir or Path.cwd()
-    suite = load_suite(paths, tags=tags, base_dir=base)
-    prog = progress or Progress()
-    now = datetime.now(UTC)
-    folder = report_dir / f"{GAMEDAY_PREFIX}{now.strftime('%Y%m%dT%H%M%S')}"
-    n = 1
-    while folder.exists():
-        n += 1
-        folder = report_dir / f"{GAMEDAY_PREFIX}{now.strftime('%Y%m%dT%H%M%S')}-{n}"
-    folder.mkdir(parents=True)
-    gd = GameDay(
-        id=folder.name,
-        started=now.timestamp(),
-        time_scale=time_scale,
-        tags=list(tags),
-        paths=[str(p) for p in paths],
-    )
-    gd.write(folder)
-    pool = StackPool(folder, base_dir=base, notes=gd.stack_notes) if reuse_stack else None
-    journals: list[Journal] = []
-    try:
-        for i, loaded in enumerate(suite):
-            if stop is not None and stop():
-                gd.stack_notes.append(f"stopped before {loaded.scenario.name}")
-                break
-            if prog.on_start:
-                prog.on_start(i, len(suite), loaded.scenario.name)
-            journal = _run_one(
-                loaded,
-                folder=folder,
-                base=base,
-                time_scale=time_scale,
-                pool=pool,
-                on_status=prog.on_status,
-                on_run=on_run,
-            )
-            for err in render_all(journal, Path(journal.run_dir)):
-                log.error("report error: %s", err)
-            journals.append(journal)
-            gd.scenarios.append(summarize(journal, folder))
-            gd.write(folder)
-            if prog.on_done:
-                prog.on_done(i, len(suite), journal)
-    finally:
-        if pool is not None:
-            pool.close()
-        gd.ended = datetime.now(UTC).timestamp()
-        overall(gd)
-        previous = find_previous(report_dir, gd)
-        gd.previous = previous.id if previous else None
-        gd.write(folder)
-        render_gameday(
-            gd,
-            folder,
-            journals=journals,
-            previous=previous,
-            base_dir=base,
-            runbook_stack=runbook_stack or _suite_stack(suite),
-        )
-    return gd, folder
-
-
-def _run_one(
-    loaded: LoadedScenario,
-    *,
-    folder: Path,
-    base: Path,
-    time_scale: float,
-    pool: StackPool | None,
-    on_status: Callable[[Status], None] | None,
-    on_run: Callable[[Run], None] | None,
-) -> Journal:
-    from faultday.engine.runner import Run, RunOptions
-    from faultday.engine.stacks import default_stack_factory
-
-    options = RunOptions(time_scale=time_scale, report_dir=folder, base_dir=base)
-    options.on_status = on_status
-    the_run = Run(loaded, options)
-    if on_run is not None:
-        on_run(the_run)
-    if pool is not None:
-        try:
-            options.shared_stack = pool.get(loaded)
-        except KeyboardInterrupt:  # a second signal while the shared stack started
-            the_run.request_stop("interrupted while the shared stack started")
-        except Exception:
-            log.exception("shared stack for %s did not come up", loaded.scenario.name)
-            options.shared_stack = None
-    journal: Journal = the_run.execute(default_stack_factory)
-    if pool is not None and options.shared_stack is not None:
-        pool.after(journal)
-    return journal
-
-
-def _suite_stack(suite: Sequence[LoadedScenario]) -> str:
-    from faultday.scenario.loader import stack_ref
-
-    if not suite:
-        return "local"
-    first = suite[0]
-    return stack_ref(first.scenario.spec.stack, first.file)
+# ---- outputs ----------------------------------------------------------------------
 
 
 def measured(gd: GameDay) -> list[Measured]:
@@ -524,9 +353,13 @@ def render_gameday(
     journals: Sequence[Journal],
     previous: GameDay | None,
     base_dir: Path,
-    runbook_stack: str,
+    runbook_facts: Callable[[], StackFacts],
 ) -> None:
-    """``index.html``, ``junit.xml`` and ``runbooks/`` of a game day."""
+    """``index.html``, ``junit.xml`` and ``runbooks/`` of a game day.
+
+    ``runbook_facts`` describes the stack the runbooks are for; it is called only
+    when runbook templates exist, and a FaultdayError from it becomes a note.
+    """
     from faultday.report import runbooks as rb
     from faultday.report.html import gameday_page
     from faultday.report.junit import write_junit
@@ -538,7 +371,7 @@ def render_gameday(
         runbook_note = "runbook templates not found (runbooks/ next to the scenarios' project)"
     else:
         try:
-            facts = rb.facts_from_profile(runbook_stack, base_dir=base_dir)
+            facts = runbook_facts()
             rb.render_runbooks(
                 facts=facts, runbook_dir=rdir, out_dir=folder / "runbooks", results=measured(gd)
             )

@@ -19,7 +19,7 @@ import jinja2
 import yaml
 
 from faultday.core.journal import Journal
-from faultday.errors import FaultdayError, ScenarioError, UsageError
+from faultday.errors import FaultdayError, UsageError
 from faultday.report import markdown
 
 log = logging.getLogger(__name__)
@@ -351,28 +351,6 @@ def policy_facts(agent_yaml: Path, policy: str) -> PolicyFacts:
         fallback=bool(p.get("fallback")),
         max_in_flight=s(a, "max_in_flight"),
         queue_timeout=s(a, "queue_timeout"),
-    )
-
-
-def facts_from_profile(profile: str, *, base_dir: Path, driver: str | None = None) -> StackFacts:
-    """Facts of a stack profile; docker/k8s without a profile of their own use ``local``'s."""
-    from faultday.stack.profile import load_profile
-
-    drv = driver_for(profile, driver)
-    try:
-        prof = load_profile(profile, base_dir=base_dir)
-    except ScenarioError:
-        if drv == Driver.LOCAL:
-            raise
-        log.info("no stack profile %r; the %s driver renders the local profile", profile, drv)
-        prof = load_profile("local", base_dir=base_dir)
-    comps = tuple(ComponentFact(n, c.type) for n, c in prof.spec.components.items())
-    return StackFacts(
-        profile=prof.name if drv == Driver.LOCAL else Path(profile).stem,
-        driver=drv,
-        components=comps,
-        edges=tuple(prof.spec.edges),
-        policy=policy_facts(base_dir / "stack" / "agent.yaml", prof.spec.policy),
     )
 
 

@@ -1,4 +1,5 @@
-"""``faultday report``, ``faultday runbook render`` and ``faultday gameday``."""
+"""``faultday report``, ``faultday runbook render`` and ``faultday gameday``: the command line
+over ``faultday.report`` (rendering) and ``faultday.gameday`` (running a suite)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ from rich.progress import (
 if TYPE_CHECKING:
     from faultday.core.journal import Journal
     from faultday.engine.runner import Status
+
+# The modules behind these commands are imported inside them: ``faultday --help``
+# and every other command load this module, and the engine and matplotlib are slow.
 
 console = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
@@ -79,6 +83,7 @@ def runbook_render(
 ) -> None:
     """Write runbooks filled with a stack's facts (and a game day's numbers)."""
     from faultday.errors import UsageError
+    from faultday.gameday import facts_from_profile
     from faultday.report import runbooks as rb
     from faultday.report.gameday import measured, read_gameday
 
@@ -86,7 +91,7 @@ def runbook_render(
     rdir = rb.find_runbook_dir(base)
     if rdir is None:
         raise UsageError("no runbooks/ folder with runbook templates here")
-    facts = rb.facts_from_profile(stack, base_dir=base, driver=driver)
+    facts = facts_from_profile(stack, base_dir=base, driver=driver)
     numbers = measured(read_gameday(results)) if results is not None else []
     done = rb.render_runbooks(
         facts=facts, runbook_dir=rdir, out_dir=out_dir, results=numbers, names=name or None
@@ -124,9 +129,10 @@ def gameday(
 ) -> None:
     """Run a suite of scenarios; write the scorecard, trend, JUnit and runbooks."""
     from faultday.cli import VERDICT_EXIT
-    from faultday.engine.interrupts import SignalPolicy
-    from faultday.report import gameday as gdm
+    from faultday.gameday import Progress as GameDayProgress
+    from faultday.gameday import run_gameday
     from faultday.report.view import scenario_name
+    from faultday.session import SignalPolicy
 
     show = sys.stderr.isatty() if progress is None else progress
     policy = SignalPolicy(say=lambda text: console.print(f"[yellow]{text}[/]"))
@@ -167,16 +173,15 @@ def gameday(
         bar.console.print(f"[{colour}]{v.upper():8}[/] {scenario_name(journal)} — {journal.reason}")
 
     with policy.installed(), bar:
-        gd, folder = gdm.run_gameday(
+        gd, folder = run_gameday(
             paths or [Path("scenarios")],
             tags=tag or (),
             time_scale=time_scale,
             report_dir=report_dir,
             reuse_stack=not fresh_stack,
             runbook_stack=runbook_stack,
-            progress=gdm.Progress(on_start=on_start, on_status=on_status, on_done=on_done),
-            stop=lambda: policy.stop_requested,
-            on_run=policy.attach,
+            progress=GameDayProgress(on_start=on_start, on_status=on_status, on_done=on_done),
+            signals=policy,
         )
     score = "—" if gd.score is None else f"{gd.score:.1f}"
     console.print(

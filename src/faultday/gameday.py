@@ -1,0 +1,182 @@
+"""Run the quarterly game day: every scenario of a suite in turn, on a shared stack.
+
+Each scenario runs through :func:`faultday.session.run_scenario`; the scorecard,
+the trend and the outputs are ``faultday.report.gameday``'s, which only reads the
+journals this produces.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from faultday.core.journal import Journal
+from faultday.engine.runner import Status
+from faultday.errors import ScenarioError, UsageError
+from faultday.report.gameday import (
+    GAMEDAY_PREFIX,
+    GameDay,
+    find_previous,
+    overall,
+    render_gameday,
+    summarize,
+)
+from faultday.report.runbooks import ComponentFact, Driver, StackFacts, driver_for, policy_facts
+from faultday.scenario.loader import LoadedScenario, find_scenarios, load_scenario, stack_ref
+from faultday.session import (
+    Hooks,
+    Settings,
+    SignalPolicy,
+    StackPool,
+    run_scenario,
+    target_resolver,
+)
+from faultday.stack.profile import load_profile
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Progress:
+    """Callbacks for a live display; all optional."""
+
+    on_start: Callable[[int, int, str], None] | None = None
+    on_status: Callable[[Status], None] | None = None
+    on_done: Callable[[int, int, Journal], None] | None = None
+
+
+def load_suite(
+    paths: Sequence[Path], *, tags: Sequence[str], base_dir: Path
+) -> list[LoadedScenario]:
+    """Scenarios under ``paths`` with one of ``tags``; every invalid one reported at once."""
+    files = find_scenarios(paths)
+    if not files:
+        raise UsageError(f"no *.scenario.yaml files in {', '.join(map(str, paths))}")
+    resolver = target_resolver(base_dir)
+    loaded, problems = [], []
+    for f in files:
+        try:
+            loaded.append(load_scenario(f, resolve_targets=resolver))
+        except ScenarioError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ScenarioError(problems)
+    if tags:
+        loaded = [x for x in loaded if set(tags) & set(x.scenario.metadata.tags)]
+        if not loaded:
+            raise UsageError(f"no scenario is tagged {', '.join(tags)}")
+    return loaded
+
+
+def run_gameday(
+    paths: Sequence[Path],
+    *,
+    tags: Sequence[str] = (),
+    time_scale: float = 1.0,
+    report_dir: Path = Path("reports"),
+    base_dir: Path | None = None,
+    reuse_stack: bool = True,
+    progress: Progress | None = None,
+    runbook_stack: str | None = None,
+    signals: SignalPolicy | None = None,
+) -> tuple[GameDay, Path]:
+    """Run every scenario in turn; write the game day's outputs; return it and its folder.
+
+    ``signals`` is the command's installed policy: each run is attached to it, and
+    once it has been asked to stop no further scenario starts.
+    """
+    base = base_dir or Path.cwd()
+    suite = load_suite(paths, tags=tags, base_dir=base)
+    prog = progress or Progress()
+    folder = _new_folder(report_dir, now := datetime.now(UTC))
+    gd = GameDay(
+        id=folder.name,
+        started=now.timestamp(),
+        time_scale=time_scale,
+        tags=list(tags),
+        paths=[str(p) for p in paths],
+    )
+    gd.write(folder)
+    pool = StackPool(folder, base_dir=base, notes=gd.stack_notes) if reuse_stack else None
+    settings = Settings(report_dir=folder, base_dir=base, time_scale=time_scale)
+    journals: list[Journal] = []
+    try:
+        for i, loaded in enumerate(suite):
+            if signals is not None and signals.stop_requested:
+                gd.stack_notes.append(f"stopped before {loaded.scenario.name}")
+                break
+            if prog.on_start:
+                prog.on_start(i, len(suite), loaded.scenario.name)
+            outcome = run_scenario(
+                loaded,
+                settings=settings,
+                pool=pool,
+                signals=signals,
+                hooks=Hooks(on_status=prog.on_status),
+            )
+            for err in outcome.report_errors:
+                log.error("report error: %s", err)
+            journals.append(outcome.journal)
+            gd.scenarios.append(summarize(outcome.journal, folder))
+            gd.write(folder)
+            if prog.on_done:
+                prog.on_done(i, len(suite), outcome.journal)
+    finally:
+        if pool is not None:
+            pool.close()
+        gd.ended = datetime.now(UTC).timestamp()
+        overall(gd)
+        previous = find_previous(report_dir, gd)
+        gd.previous = previous.id if previous else None
+        gd.write(folder)
+        stack = runbook_stack or _suite_stack(suite)
+        render_gameday(
+            gd,
+            folder,
+            journals=journals,
+            previous=previous,
+            base_dir=base,
+            runbook_facts=lambda: facts_from_profile(stack, base_dir=base),
+        )
+    return gd, folder
+
+
+def _new_folder(report_dir: Path, now: datetime) -> Path:
+    stamp = now.strftime("%Y%m%dT%H%M%S")
+    folder = report_dir / f"{GAMEDAY_PREFIX}{stamp}"
+    n = 1
+    while folder.exists():
+        n += 1
+        folder = report_dir / f"{GAMEDAY_PREFIX}{stamp}-{n}"
+    folder.mkdir(parents=True)
+    return folder
+
+
+def _suite_stack(suite: Sequence[LoadedScenario]) -> str:
+    if not suite:
+        return "local"
+    first = suite[0]
+    return stack_ref(first.scenario.spec.stack, first.file)
+
+
+def facts_from_profile(profile: str, *, base_dir: Path, driver: str | None = None) -> StackFacts:
+    """Facts of a stack profile; docker/k8s without a profile of their own use ``local``'s."""
+    drv = driver_for(profile, driver)
+    try:
+        prof = load_profile(profile, base_dir=base_dir)
+    except ScenarioError:
+        if drv == Driver.LOCAL:
+            raise
+        log.info("no stack profile %r; the %s driver renders the local profile", profile, drv)
+        prof = load_profile("local", base_dir=base_dir)
+    comps = tuple(ComponentFact(n, c.type) for n, c in prof.spec.components.items())
+    return StackFacts(
+        profile=prof.name if drv == Driver.LOCAL else Path(profile).stem,
+        driver=drv,
+        components=comps,
+        edges=tuple(prof.spec.edges),
+        policy=policy_facts(base_dir / "stack" / "agent.yaml", prof.spec.policy),
+    )
