@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from faultday.checks.base import Check, CheckContext
 from faultday.checks.common import (
@@ -79,15 +79,14 @@ class AuditParams(Params):
     min_entries: int = Field(default=1, ge=1)
 
 
-class Audit(Check):
+class Audit(Check[AuditParams]):
     """Every tool call is audited (vs the agent's own counter); denied calls are present."""
 
     name: ClassVar[str] = "audit"
     summary: ClassVar[str] = "every tool call audited; denied calls present"
-    Params: ClassVar[type[BaseModel]] = AuditParams
+    Params = AuditParams
 
-    def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
-        assert isinstance(params, AuditParams)
+    def evaluate(self, ctx: CheckContext, params: AuditParams, window: Window) -> CheckResult:
         entries = read_audit(ctx, params.file, window)
         if entries is None:
             return CheckResult(
@@ -145,7 +144,7 @@ class DuplicateParams(Params):
     file: str = AUDIT_FILE
 
 
-class DuplicateSideEffects(Check):
+class DuplicateSideEffects(Check[DuplicateParams]):
     """A side effect (same task, tool and arguments) applied more than once under distinct keys.
 
     Repeats under the SAME idempotency key are not counted: the tool server
@@ -154,10 +153,9 @@ class DuplicateSideEffects(Check):
 
     name: ClassVar[str] = "duplicate_side_effects"
     summary: ClassVar[str] = "side-effecting tool calls applied twice (must be 0)"
-    Params: ClassVar[type[BaseModel]] = DuplicateParams
+    Params = DuplicateParams
 
-    def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
-        assert isinstance(params, DuplicateParams)
+    def evaluate(self, ctx: CheckContext, params: DuplicateParams, window: Window) -> CheckResult:
         entries = read_audit(ctx, params.file, window)
         if entries is None:
             return CheckResult(
@@ -213,16 +211,15 @@ class RecallParams(ShareBounds):
     timeout: float = Field(default=5.0, gt=0, le=60)
 
 
-class Recall(Check):
+class Recall(Check[RecallParams]):
     """recall@k of the golden query set against the live vector store, judged at window end."""
 
     name: ClassVar[str] = "recall"
     summary: ClassVar[str] = "the golden retrieval set's recall@k"
-    Params: ClassVar[type[BaseModel]] = RecallParams
+    Params = RecallParams
     live: ClassVar[bool] = True
 
-    def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
-        assert isinstance(params, RecallParams)
+    def evaluate(self, ctx: CheckContext, params: RecallParams, window: Window) -> CheckResult:
         label = f"recall@{params.k}"
         vec_url = _http(ctx.target(params.vector).url)
         emb_url = _http(ctx.target(params.embedder).url)

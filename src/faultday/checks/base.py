@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
@@ -11,23 +11,27 @@ from faultday.core.plugins import CHECKS, Registry
 from faultday.core.protocols import CheckContext
 from faultday.core.windows import CheckResult, Window
 
-__all__ = ["Check", "CheckContext", "CheckParams", "check_registry"]
+__all__ = ["AnyCheck", "Check", "CheckContext", "CheckParams", "check_registry"]
 
 
-class Check(ABC):
-    """Base class of every check."""
+P = TypeVar("P", bound=BaseModel)
+
+
+class Check(ABC, Generic[P]):
+    """Base class of every check, generic over its parameter model ``P``."""
 
     name: ClassVar[str]
     summary: ClassVar[str] = ""
-    Params: ClassVar[type[BaseModel]]
+    # The parameter model (a plain class attribute: a ClassVar cannot hold a type variable).
+    Params: type[P]
     # Checks that need a live stack (probes) rather than recorded observations.
     live: ClassVar[bool] = False
 
-    def parse(self, raw: dict[str, JsonValue]) -> BaseModel:
+    def parse(self, raw: dict[str, JsonValue]) -> P:
         return self.Params.model_validate(raw)
 
     @abstractmethod
-    def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
+    def evaluate(self, ctx: CheckContext, params: P, window: Window) -> CheckResult:
         """Judge the window. Too few samples → Verdict.INSUFFICIENT, never PASSED."""
 
 
@@ -36,5 +40,10 @@ class CheckParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-def check_registry() -> Registry[Check]:
+# The registry loads checks by name at run time, so their models are unknown to the type
+# checker there; the engine only hands a check what its own ``parse`` returned.
+AnyCheck = Check[Any]
+
+
+def check_registry() -> Registry[AnyCheck]:
     return Registry(CHECKS, "check")

@@ -10,15 +10,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from faultday.checks.base import Check, CheckContext
 from faultday.checks.common import Params, Pct, Rate, Secs
-from faultday.core.records import RequestRecord
+from faultday.core.loadconfig import Shape, ShapeSpec, users_at
+from faultday.core.records import RequestRecord, percentile
+from faultday.core.types import Duration
 from faultday.core.windows import CheckResult, Verdict, Window
-from faultday.load.config import Shape, ShapeSpec, users_at
-from faultday.observe.series import percentile
-from faultday.scenario.types import Duration
 
 log = logging.getLogger(__name__)
 
@@ -172,15 +171,14 @@ def table_text(steps: list[Step]) -> str:
     return "; ".join(parts)
 
 
-class Capacity(Check):
+class Capacity(Check[CapacityParams]):
     """Per-step rate, P99 and errors under a step load; the P99 knee, the best rate within SLA."""
 
     name: ClassVar[str] = "capacity"
     summary: ClassVar[str] = "step load: P99 knee and highest throughput within the SLA"
-    Params: ClassVar[type[BaseModel]] = CapacityParams
+    Params = CapacityParams
 
-    def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
-        assert isinstance(params, CapacityParams)
+    def evaluate(self, ctx: CheckContext, params: CapacityParams, window: Window) -> CheckResult:
         p = params
         label = f"capacity {p.unit}/s within SLA (p99 ≤ {Secs()(p.slo_p99)})"
         spec = ctx.plan.scenario.spec

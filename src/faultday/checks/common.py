@@ -48,7 +48,11 @@ def expected_text(lo: float | None, hi: float | None, fmt: type[Fmt] | Fmt) -> s
     f = fmt if isinstance(fmt, Fmt) else fmt()
     if lo is not None and hi is not None:
         return f"between {f(lo)} and {f(hi)}"
-    return f"≥ {f(lo)}" if lo is not None else f"≤ {f(hi)}"  # type: ignore[arg-type]
+    if lo is not None:
+        return f"≥ {f(lo)}"
+    if hi is None:
+        raise ValueError("a range needs a lower or an upper bound")
+    return f"≤ {f(hi)}"
 
 
 class Fmt:

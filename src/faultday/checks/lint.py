@@ -48,8 +48,10 @@ DEPENDENCIES = {
 
 
 def _secs(value: object) -> float | None:
+    if not isinstance(value, str):
+        return None  # not a duration string (parse_duration would say so)
     try:
-        return parse_duration(value)  # type: ignore[arg-type]
+        return parse_duration(value)
     except ValueError:
         return None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from faultday.checks.base import Check, CheckContext
 from faultday.checks.common import (
@@ -20,9 +20,10 @@ from faultday.checks.common import (
     requests_in,
     series,
 )
+from faultday.core.protocols import PlanView
 from faultday.core.records import RequestRecord
+from faultday.core.types import Duration
 from faultday.core.windows import CheckResult, Verdict, Window, WindowKind
-from faultday.scenario.types import Duration
 
 # ---------------------------------------------------------------- metric
 
@@ -35,15 +36,14 @@ class MetricParams(Bounds):
     min_samples: int = Field(default=2, ge=1)
 
 
-class Metric(Check):
+class Metric(Check[MetricParams]):
     """Any scraped metric's value (last/max/min/mean) or growth (increase, rate) in the window."""
 
     name: ClassVar[str] = "metric"
     summary: ClassVar[str] = "a scraped metric's value or rate against a threshold"
-    Params: ClassVar[type[BaseModel]] = MetricParams
+    Params = MetricParams
 
-    def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
-        assert isinstance(params, MetricParams)
+    def evaluate(self, ctx: CheckContext, params: MetricParams, window: Window) -> CheckResult:
         labels = dict(params.labels)
         if params.target:
             labels["component"] = params.target
@@ -111,15 +111,16 @@ class RetryAmplificationParams(Params):
     min_requests: int = Field(default=10, ge=1, description="client requests in each window")
 
 
-class RetryAmplification(Check):
+class RetryAmplification(Check[RetryAmplificationParams]):
     """(downstream requests per client request in the window) ÷ (the same in baseline)."""
 
     name: ClassVar[str] = "retry_amplification"
     summary: ClassVar[str] = "downstream requests per client request, relative to baseline"
-    Params: ClassVar[type[BaseModel]] = RetryAmplificationParams
+    Params = RetryAmplificationParams
 
-    def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
-        assert isinstance(params, RetryAmplificationParams)
+    def evaluate(
+        self, ctx: CheckContext, params: RetryAmplificationParams, window: Window
+    ) -> CheckResult:
         label = f"retry_amplification {params.target}"
         baseline = baseline_window(ctx)
         if baseline is None:
@@ -205,11 +206,12 @@ def _edges_for(ctx: CheckContext, p: RetryAmplificationParams) -> list[str]:
 
 def baseline_window(ctx: CheckContext) -> Window | None:
     """The run's baseline window, where the context knows its plan (the engine's Run does)."""
-    plan = getattr(ctx, "plan", None)
+    # Recorded contexts (tests, replays) may have no plan.
+    plan: PlanView | None = getattr(ctx, "plan", None)
     if plan is None:
         return None
     try:
-        return plan.window(WindowKind.BASELINE)  # type: ignore[no-any-return]
+        return plan.window(WindowKind.BASELINE)
     except KeyError:
         return None
 
@@ -230,15 +232,14 @@ class BreakerParams(Params):
     target: str = Field(default="agent", description="component exporting the metric")
 
 
-class Breaker(Check):
+class Breaker(Check[BreakerParams]):
     """A breaker opened within T of the fault, probed half-open, closed after the revert."""
 
     name: ClassVar[str] = "breaker"
     summary: ClassVar[str] = "breaker opened within T, half-open probe, closed after recovery"
-    Params: ClassVar[type[BaseModel]] = BreakerParams
+    Params = BreakerParams
 
-    def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
-        assert isinstance(params, BreakerParams)
+    def evaluate(self, ctx: CheckContext, params: BreakerParams, window: Window) -> CheckResult:
         fault = params.fault or window.fault
         label = f"breaker {params.dependency}"
         if not fault:
@@ -326,15 +327,14 @@ class TasksLostParams(Params):
         return self
 
 
-class TasksLost(Check):
+class TasksLost(Check[TasksLostParams]):
     """Agent tasks accepted by the runtime that it later forgot (404) or never finished."""
 
     name: ClassVar[str] = "tasks_lost"
     summary: ClassVar[str] = "accepted agent tasks that were lost (must be 0)"
-    Params: ClassVar[type[BaseModel]] = TasksLostParams
+    Params = TasksLostParams
 
-    def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
-        assert isinstance(params, TasksLostParams)
+    def evaluate(self, ctx: CheckContext, params: TasksLostParams, window: Window) -> CheckResult:
         records = ctx.observations.requests_between(window.start, window.end)
         accepted = {r.task_id: r for r in records if r.name == "task.submit" and r.ok and r.task_id}
         everything = ctx.observations.requests_between(window.start, math.inf)

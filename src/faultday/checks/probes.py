@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import httpx
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from faultday.checks.base import Check, CheckContext, CheckParams
 from faultday.core.windows import CheckResult, Verdict, Window
@@ -18,16 +18,15 @@ class HealthParams(CheckParams):
     timeout: float = Field(default=2.0, gt=0, le=60, description="seconds")
 
 
-class Health(Check):
+class Health(Check[HealthParams]):
     """An endpoint of a component answers the expected status when the run is judged."""
 
     name: ClassVar[str] = "health"
     summary: ClassVar[str] = "a component's HTTP endpoint answers the expected status"
-    Params: ClassVar[type[BaseModel]] = HealthParams
+    Params = HealthParams
     live: ClassVar[bool] = True
 
-    def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
-        assert isinstance(params, HealthParams)
+    def evaluate(self, ctx: CheckContext, params: HealthParams, window: Window) -> CheckResult:
         target = ctx.target(params.target)
         base = target.url if target.url.startswith("http") else f"http://{target.url}"
         url = base.rstrip("/") + params.path

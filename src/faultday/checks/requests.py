@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from faultday.checks.base import Check, CheckContext
 from faultday.checks.common import (
@@ -22,10 +22,9 @@ from faultday.checks.common import (
     requests_in,
     within,
 )
-from faultday.core.records import RequestRecord
+from faultday.core.records import RequestRecord, bins, metric_values, percentile
+from faultday.core.types import Duration
 from faultday.core.windows import CheckResult, Verdict, Window
-from faultday.observe.series import bins, metric_values, percentile
-from faultday.scenario.types import Duration
 
 # ---------------------------------------------------------------- error_rate
 
@@ -35,15 +34,14 @@ class ErrorRateParams(ShareBounds):
     min_samples: int = Field(default=10, ge=1)
 
 
-class ErrorRate(Check):
+class ErrorRate(Check[ErrorRateParams]):
     """Share of client requests that failed (no response, HTTP ≥ 400, or a broken stream)."""
 
     name: ClassVar[str] = "error_rate"
     summary: ClassVar[str] = "share of client requests that failed, in [0, 1]"
-    Params: ClassVar[type[BaseModel]] = ErrorRateParams
+    Params = ErrorRateParams
 
-    def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
-        assert isinstance(params, ErrorRateParams)
+    def evaluate(self, ctx: CheckContext, params: ErrorRateParams, window: Window) -> CheckResult:
         rs = requests_in(ctx, window, params.request)
         if len(rs) < params.min_samples:
             return insufficient(
@@ -101,15 +99,14 @@ class LatencyParams(Params):
 QUEUE_METRIC = "vllm:request_queue_time_seconds"
 
 
-class Latency(Check):
+class Latency(Check[LatencyParams]):
     """A latency percentile (end-to-end, TTFT, inter-token, or the LLM queue) against a bound."""
 
     name: ClassVar[str] = "latency"
     summary: ClassVar[str] = "percentile of e2e, ttft, itl or queue latency, exact from raw events"
-    Params: ClassVar[type[BaseModel]] = LatencyParams
+    Params = LatencyParams
 
-    def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
-        assert isinstance(params, LatencyParams)
+    def evaluate(self, ctx: CheckContext, params: LatencyParams, window: Window) -> CheckResult:
         p = params.percentile
         label = f"latency {params.metric} p{p:g}"
         if params.metric == "queue":
@@ -203,15 +200,14 @@ def _unmeasurable_rate(
     return None
 
 
-class Throughput(Check):
+class Throughput(Check[ThroughputParams]):
     """Requests (or tokens) per second over the window."""
 
     name: ClassVar[str] = "throughput"
     summary: ClassVar[str] = "requests/s or tokens/s over the window"
-    Params: ClassVar[type[BaseModel]] = ThroughputParams
+    Params = ThroughputParams
 
-    def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
-        assert isinstance(params, ThroughputParams)
+    def evaluate(self, ctx: CheckContext, params: ThroughputParams, window: Window) -> CheckResult:
         label = f"throughput {params.unit}/s"
         unmeasurable = _unmeasurable_rate(self.name, label, ctx, window, params.min_window)
         if unmeasurable is not None:
@@ -250,15 +246,14 @@ class GoodputParams(Bounds):
         return self
 
 
-class Goodput(Check):
+class Goodput(Check[GoodputParams]):
     """Tokens/s (or requests/s) from successful requests that met every latency SLO given."""
 
     name: ClassVar[str] = "goodput"
     summary: ClassVar[str] = "tokens/s from requests that met the latency SLO"
-    Params: ClassVar[type[BaseModel]] = GoodputParams
+    Params = GoodputParams
 
-    def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
-        assert isinstance(params, GoodputParams)
+    def evaluate(self, ctx: CheckContext, params: GoodputParams, window: Window) -> CheckResult:
         label = f"goodput {params.unit}/s"
         unmeasurable = _unmeasurable_rate(self.name, label, ctx, window, params.min_window)
         if unmeasurable is not None:
@@ -300,15 +295,16 @@ class FallbackRateParams(ShareBounds):
     min_samples: int = Field(default=10, ge=1)
 
 
-class FallbackRate(Check):
+class FallbackRate(Check[FallbackRateParams]):
     """Share of requests answered (ok) by a fallback: a degraded reason or a fallback model."""
 
     name: ClassVar[str] = "fallback_rate"
     summary: ClassVar[str] = "share of requests served (ok) by a fallback path"
-    Params: ClassVar[type[BaseModel]] = FallbackRateParams
+    Params = FallbackRateParams
 
-    def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
-        assert isinstance(params, FallbackRateParams)
+    def evaluate(
+        self, ctx: CheckContext, params: FallbackRateParams, window: Window
+    ) -> CheckResult:
         rs = requests_in(ctx, window, params.request)
         if len(rs) < params.min_samples:
             return insufficient(
@@ -341,15 +337,16 @@ class DegradedReasonParams(ShareBounds):
     min_samples: int = Field(default=10, ge=1)
 
 
-class DegradedReason(Check):
+class DegradedReason(Check[DegradedReasonParams]):
     """Share of requests that carry a given degraded reason."""
 
     name: ClassVar[str] = "degraded_reason"
     summary: ClassVar[str] = "share of requests degraded for a given reason"
-    Params: ClassVar[type[BaseModel]] = DegradedReasonParams
+    Params = DegradedReasonParams
 
-    def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
-        assert isinstance(params, DegradedReasonParams)
+    def evaluate(
+        self, ctx: CheckContext, params: DegradedReasonParams, window: Window
+    ) -> CheckResult:
         label = f"degraded_reason {params.reason}"
         rs = requests_in(ctx, window, params.request)
         if len(rs) < params.min_samples:
@@ -384,15 +381,16 @@ class RecoveryTimeParams(Params):
     min_requests: int = Field(default=1, ge=1, description="per interval; fewer = not steady")
 
 
-class RecoveryTime(Check):
+class RecoveryTime(Check[RecoveryTimeParams]):
     """Time from a fault's revert until every interval for ``hold`` seconds is steady again."""
 
     name: ClassVar[str] = "recovery_time"
     summary: ClassVar[str] = "time from the fault's revert until steady state held for N s"
-    Params: ClassVar[type[BaseModel]] = RecoveryTimeParams
+    Params = RecoveryTimeParams
 
-    def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
-        assert isinstance(params, RecoveryTimeParams)
+    def evaluate(
+        self, ctx: CheckContext, params: RecoveryTimeParams, window: Window
+    ) -> CheckResult:
         fault = params.fault or window.fault
         label = f"recovery_time {fault}" if fault else "recovery_time"
         if not fault:

@@ -11,13 +11,12 @@ from __future__ import annotations
 import statistics
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from faultday.checks.base import Check, CheckContext
 from faultday.checks.common import Bounds, Fmt, Secs, insufficient, judged, matches, requests_in
-from faultday.core.records import RequestRecord
+from faultday.core.records import RequestRecord, metric_values, percentile
 from faultday.core.windows import CheckResult, Window
-from faultday.observe.series import metric_values, percentile
 
 
 class _CompareParams(Bounds):
@@ -65,21 +64,20 @@ def _too_few(
     return None
 
 
-class TokenLength(Check):
+class TokenLength(Check[TokenLengthParams]):
     """Completion tokens per answer of a model (mean or a percentile), or its ratio to another's."""
 
     name: ClassVar[str] = "token_length"
     summary: ClassVar[str] = (
         "completion tokens per answer of a model, or the ratio to another model"
     )
-    Params: ClassVar[type[BaseModel]] = TokenLengthParams
+    Params = TokenLengthParams
 
     @staticmethod
     def _stat(values: list[float], p: float | None) -> float:
         return statistics.fmean(values) if p is None else percentile(values, p)
 
-    def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
-        assert isinstance(params, TokenLengthParams)
+    def evaluate(self, ctx: CheckContext, params: TokenLengthParams, window: Window) -> CheckResult:
         stat = "mean" if params.percentile is None else f"p{params.percentile:g}"
         label = f"token_length {stat} {params.model}"
         if params.against:
@@ -122,17 +120,18 @@ class TokenLength(Check):
         )
 
 
-class LatencyRatio(Check):
+class LatencyRatio(Check[LatencyRatioParams]):
     """A latency percentile of one model's answers ÷ the same percentile of another's."""
 
     name: ClassVar[str] = "latency_ratio"
     summary: ClassVar[str] = (
         "latency percentile of a model's answers ÷ another model's, same window"
     )
-    Params: ClassVar[type[BaseModel]] = LatencyRatioParams
+    Params = LatencyRatioParams
 
-    def evaluate(self, ctx: CheckContext, params: BaseModel, window: Window) -> CheckResult:
-        assert isinstance(params, LatencyRatioParams)
+    def evaluate(
+        self, ctx: CheckContext, params: LatencyRatioParams, window: Window
+    ) -> CheckResult:
         p = params.percentile
         label = f"latency_ratio {params.metric} p{p:g} {params.model} / {params.against}"
         rs = requests_in(ctx, window, params.request)

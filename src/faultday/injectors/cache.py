@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from collections.abc import Iterable
 from typing import ClassVar
 
 import httpx
@@ -23,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from faultday.core.targets import Revert, Target, TargetKind
 from faultday.errors import InjectionError, RevertError
-from faultday.injectors.base import FaultContext, Injector
+from faultday.injectors.base import FaultContext, Injector, RevertData
 
 log = logging.getLogger(__name__)
 
@@ -73,29 +74,30 @@ def _edge_check(target: Target) -> None:
         raise InjectionError(f"{target.name}: edge has no proxy_api/proxy_name")
 
 
-class CacheFlush(Injector):
+class FlushData(RevertData):
+    url: str
+    pattern: str | None
+
+
+class CacheFlush(Injector[CacheFlushParams, FlushData]):
     """Lose every session and checkpoint: FLUSHDB (or delete the keys matching a pattern)."""
 
     name = "cache_flush"
     summary = "Redis data lost (FLUSHDB or a key pattern); one-shot"
     Params = CacheFlushParams
+    Data = FlushData
     component_types: ClassVar[frozenset[str] | None] = frozenset({REDIS})
     one_shot: ClassVar[bool] = True
 
     def prepare(
-        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+        self, ctx: FaultContext, target: Target, params: CacheFlushParams, *, fault: str
     ) -> Revert:
-        assert isinstance(params, CacheFlushParams)
-        return Revert(
-            injector=self.name,
-            fault=fault,
-            target=target.name,
-            action="record_only",
-            data={"url": redis_url(target), "pattern": params.pattern},
-        )
+        data = FlushData(url=redis_url(target), pattern=params.pattern)
+        return self.record(target, fault=fault, action="record_only", data=data)
 
-    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
-        assert isinstance(params, CacheFlushParams)
+    def inject(
+        self, ctx: FaultContext, target: Target, params: CacheFlushParams, revert: Revert
+    ) -> None:
         try:
             with _client(redis_url(target)) as r:
                 if params.pattern is None:
@@ -113,74 +115,72 @@ class CacheFlush(Injector):
         log.info("%s: cache_flush is one-shot; nothing to revert", revert.target)
 
 
-def _batches(keys: object) -> list[list[bytes]]:
+def _batches(keys: Iterable[bytes]) -> list[list[bytes]]:
     out: list[list[bytes]] = [[]]
-    for k in keys:  # type: ignore[attr-defined]
+    for k in keys:
         if len(out[-1]) >= SCAN_BATCH:
             out.append([])
         out[-1].append(k)
     return [b for b in out if b]
 
 
-class RedisOutage(Injector):
+class OutageData(RevertData):
+    """Either form of the revert: re-enable the edge's proxy, or SIGCONT the process."""
+
+    proxy_api: str = ""
+    proxy_name: str = ""
+    pid: int = 0
+    create_time: float = 0.0
+
+
+class RedisOutage(Injector[RedisOutageParams, OutageData]):
     """Redis unreachable: the edge's proxy disabled, or the server paused (CLIENT PAUSE ALL)."""
 
     name = "redis_outage"
     summary = "Redis unreachable (proxy disabled) or unresponsive (SIGSTOP)"
     Params = RedisOutageParams
+    Data = OutageData
     target_kinds: ClassVar[frozenset[TargetKind]] = frozenset(
         {TargetKind.EDGE, TargetKind.COMPONENT}
     )
     component_types: ClassVar[frozenset[str] | None] = frozenset({REDIS})
 
     def prepare(
-        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+        self, ctx: FaultContext, target: Target, params: RedisOutageParams, *, fault: str
     ) -> Revert:
         if target.kind == TargetKind.EDGE:
             _edge_check(target)
-            return Revert(
-                injector=self.name,
-                fault=fault,
-                target=target.name,
-                action="enable_proxy",
-                data={"proxy_api": target.proxy_api, "proxy_name": target.proxy_name},
-            )
+            edge = OutageData(proxy_api=target.proxy_api, proxy_name=target.proxy_name)
+            return self.record(target, fault=fault, action="enable_proxy", data=edge)
         if target.pid is None:
             raise InjectionError(f"{target.name}: no pid to stop (component not run by us?)")
         try:
             created = psutil.Process(target.pid).create_time()
         except psutil.NoSuchProcess as exc:
             raise InjectionError(f"{target.name}: process {target.pid} is not running") from exc
-        return Revert(
-            injector=self.name,
-            fault=fault,
-            target=target.name,
-            action="sigcont",
-            data={"pid": target.pid, "create_time": created},
-        )
+        data = OutageData(pid=target.pid, create_time=created)
+        return self.record(target, fault=fault, action="sigcont", data=data)
 
-    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
+    def inject(
+        self, ctx: FaultContext, target: Target, params: RedisOutageParams, revert: Revert
+    ) -> None:
         if revert.action == "enable_proxy":
             set_edge_enabled(target.proxy_api, target.proxy_name, enabled=False, target=target.name)
             return
         try:
-            os.kill(int(str(revert.data["pid"])), signal.SIGSTOP)
+            os.kill(self.data(revert).pid, signal.SIGSTOP)
         except ProcessLookupError as exc:
             raise InjectionError(f"{target.name}: process gone before SIGSTOP") from exc
 
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
+        d = self.data(revert)
         if revert.action == "enable_proxy":
-            set_edge_enabled(
-                str(revert.data["proxy_api"]),
-                str(revert.data["proxy_name"]),
-                enabled=True,
-                target=revert.target,
-            )
+            set_edge_enabled(d.proxy_api, d.proxy_name, enabled=True, target=revert.target)
             return
-        pid = int(str(revert.data["pid"]))
+        pid = d.pid
         try:
             proc = psutil.Process(pid)
-            if abs(proc.create_time() - float(str(revert.data["create_time"]))) > 0.01:
+            if abs(proc.create_time() - d.create_time) > 0.01:
                 log.info("%s: pid %d was recycled; nothing to continue", revert.target, pid)
                 return
             proc.send_signal(signal.SIGCONT)

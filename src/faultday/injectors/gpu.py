@@ -18,7 +18,7 @@ import logging
 import os
 import signal
 import uuid
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import httpx
 import psutil
@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from faultday.core.targets import Revert, Target
 from faultday.errors import FaultdayError, InjectionError, RevertError
-from faultday.injectors.base import FaultContext, Injector, NoParams
+from faultday.injectors.base import FaultContext, Injector, NoParams, RevertData
 
 log = logging.getLogger(__name__)
 
@@ -166,52 +166,56 @@ def _current_target(ctx: FaultContext, name: str) -> Target | None:
         return None
 
 
-def _int(data: dict[str, JsonValue], key: str) -> int:
-    value = data.get(key)
-    return int(value) if isinstance(value, int | float | str) else 0
+class GpuData(RevertData):
+    """How to undo a GPU fault: the simulator's fault id, or vLLM's EngineCore process."""
+
+    mode: str  # llmsim or vllm
+    admin: str = ""  # llmsim: the fault admin API
+    fault_id: str = ""
+    engine_pid: int = 0  # vllm: the EngineCore, and its start time (PIDs get recycled)
+    engine_create_time: float = 0.0
+    timeout: float = 120.0  # gpu_loss: seconds to wait for the restarted component
 
 
-def _float(data: dict[str, JsonValue], key: str, default: float = 0.0) -> float:
-    value = data.get(key)
-    return float(value) if isinstance(value, int | float | str) else default
+def _gpu_data(target: Target, kind: str, **extra: JsonValue) -> GpuData:
+    base = _admin_data(target) if kind == LLMSIM else _engine_data(target)
+    return GpuData.model_validate({**base, **extra})
+
+
+AdminP = TypeVar("AdminP", bound=ThrottleParams | KvPressureParams)
 
 
 # --- the injectors -------------------------------------------------------------------------------
-class GpuLoss(Injector):
+class GpuLoss(Injector[GpuLossParams, GpuData]):
     """The GPU falls off the bus (Xid 79 and kin): the engine dies; restarted at window end."""
 
     name: ClassVar[str] = "gpu_loss"
     summary: ClassVar[str] = "GPU lost (Xid/OOM): engine dies, in-flight requests fail"
-    Params: ClassVar[type[BaseModel]] = GpuLossParams
+    Params = GpuLossParams
+    Data = GpuData
     component_types: ClassVar[frozenset[str] | None] = frozenset({LLMSIM, VLLM})
 
     def prepare(
-        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+        self, ctx: FaultContext, target: Target, params: GpuLossParams, *, fault: str
     ) -> Revert:
-        assert isinstance(params, GpuLossParams)
         kind = _component_type(target, frozenset({LLMSIM, VLLM}))
-        data = _admin_data(target) if kind == LLMSIM else _engine_data(target)
-        data["timeout"] = params.restart_timeout
-        return Revert(
-            injector=self.name,
-            fault=fault,
-            target=target.name,
-            action="restart" if params.restart else "none",
-            data=data,
-        )
+        data = _gpu_data(target, kind, timeout=params.restart_timeout)
+        action = "restart" if params.restart else "none"
+        return self.record(target, fault=fault, action=action, data=data)
 
-    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
-        assert isinstance(params, GpuLossParams)
-        data = revert.data
-        if data.get("mode") == LLMSIM:
+    def inject(
+        self, ctx: FaultContext, target: Target, params: GpuLossParams, revert: Revert
+    ) -> None:
+        data = self.data(revert)
+        if data.mode == LLMSIM:
             body: dict[str, JsonValue] = (
                 {"kind": "oom"} if params.oom else {"kind": "xid", "xid": params.xid}
             )
-            body["id"] = str(data["fault_id"])
-            _post_fault(str(data["admin"]), body, target.name)
+            body["id"] = data.fault_id
+            _post_fault(data.admin, body, target.name)
             log.info("%s: GPU lost (%s)", target.name, "oom" if params.oom else f"Xid {params.xid}")
             return
-        pid, created = _int(data, "engine_pid"), _float(data, "engine_create_time")
+        pid, created = data.engine_pid, data.engine_create_time
         if not _signal(pid, created, signal.SIGKILL):
             raise InjectionError(f"{target.name}: EngineCore {pid} is gone already")
         log.info("%s: SIGKILL to EngineCore pid %d (GPU loss)", target.name, pid)
@@ -223,111 +227,99 @@ class GpuLoss(Injector):
             return  # the fault never landed, or the component was restarted already
         # During recover the context decides: moot when the stack is being stopped,
         # a failure (the replica stays dead) when its processes are kept.
-        ctx.restart(revert.target, timeout=_float(revert.data, "timeout", 120.0))
+        ctx.restart(revert.target, timeout=self.data(revert).timeout)
 
-    @staticmethod
-    def _serving(ctx: FaultContext, revert: Revert) -> bool:
-        data = revert.data
+    def _serving(self, ctx: FaultContext, revert: Revert) -> bool:
+        data = self.data(revert)
         current = _current_target(ctx, revert.target)
-        if data.get("mode") == LLMSIM:
-            admins = {str(data["admin"])}
+        if data.mode == LLMSIM:
+            admins = {data.admin}
             if current is not None and (current.admin_url or current.url):
                 admins.add(admin_base(current))
             return any(_engine_state(a) in ("running", "hung") for a in admins)
-        if _same_process(_int(data, "engine_pid"), _float(data, "engine_create_time")):
+        if _same_process(data.engine_pid, data.engine_create_time):
             return True  # the kill never landed
         if current is None or current.pid is None:
             return False
         try:
-            return bool(find_engine_core(current.pid).pid != _int(data, "engine_pid"))
+            return bool(find_engine_core(current.pid).pid != data.engine_pid)
         except InjectionError:
             return False
 
 
-class GpuHang(Injector):
+class GpuHang(Injector[NoParams, GpuData]):
     """The GPU stops making progress while the server still answers health checks."""
 
     name: ClassVar[str] = "gpu_hang"
     summary: ClassVar[str] = (
         "GPU hang: tokens stop, /health stays 200 (SIGSTOP of a real EngineCore)"
     )
-    Params: ClassVar[type[BaseModel]] = NoParams
+    Params = NoParams
+    Data = GpuData
     component_types: ClassVar[frozenset[str] | None] = frozenset({LLMSIM, VLLM})
 
-    def prepare(
-        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
-    ) -> Revert:
+    def prepare(self, ctx: FaultContext, target: Target, params: NoParams, *, fault: str) -> Revert:
         kind = _component_type(target, frozenset({LLMSIM, VLLM}))
-        data = _admin_data(target) if kind == LLMSIM else _engine_data(target)
         action = "clear" if kind == LLMSIM else "sigcont"
-        return Revert(injector=self.name, fault=fault, target=target.name, action=action, data=data)
+        return self.record(target, fault=fault, action=action, data=_gpu_data(target, kind))
 
-    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
-        data = revert.data
-        if data.get("mode") == LLMSIM:
-            _post_fault(
-                str(data["admin"]), {"kind": "hang", "id": str(data["fault_id"])}, target.name
-            )
+    def inject(self, ctx: FaultContext, target: Target, params: NoParams, revert: Revert) -> None:
+        data = self.data(revert)
+        if data.mode == LLMSIM:
+            _post_fault(data.admin, {"kind": "hang", "id": data.fault_id}, target.name)
         else:
-            pid, created = _int(data, "engine_pid"), _float(data, "engine_create_time")
+            pid, created = data.engine_pid, data.engine_create_time
             if not _signal(pid, created, signal.SIGSTOP):
                 raise InjectionError(f"{target.name}: EngineCore {pid} is not running")
         log.info("%s: GPU hang", target.name)
 
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
-        data = revert.data
-        if data.get("mode") == LLMSIM:
-            _delete_fault(str(data["admin"]), str(data["fault_id"]), revert.target)
+        data = self.data(revert)
+        if data.mode == LLMSIM:
+            _delete_fault(data.admin, data.fault_id, revert.target)
             return
-        if _signal(_int(data, "engine_pid"), _float(data, "engine_create_time"), signal.SIGCONT):
+        if _signal(data.engine_pid, data.engine_create_time, signal.SIGCONT):
             log.info("%s: EngineCore resumed", revert.target)
 
 
-class _AdminFault(Injector):
+class _AdminFault(Injector[AdminP, GpuData]):
     """A simulator-only fault posted to /admin/faults and cleared by id."""
 
     kind: ClassVar[str]
+    Data = GpuData
     component_types: ClassVar[frozenset[str] | None] = frozenset({LLMSIM})
 
-    def prepare(
-        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
-    ) -> Revert:
+    def prepare(self, ctx: FaultContext, target: Target, params: AdminP, *, fault: str) -> Revert:
         _component_type(target, frozenset({LLMSIM}))
-        return Revert(
-            injector=self.name,
-            fault=fault,
-            target=target.name,
-            action="clear",
-            data=_admin_data(target),
-        )
+        return self.record(target, fault=fault, action="clear", data=_gpu_data(target, LLMSIM))
 
-    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
-        factor = getattr(params, "factor", None)
-        body: dict[str, JsonValue] = {"kind": self.kind, "id": str(revert.data["fault_id"])}
-        if factor is not None:
-            body["factor"] = float(factor)
-        _post_fault(str(revert.data["admin"]), body, target.name)
+    def inject(self, ctx: FaultContext, target: Target, params: AdminP, revert: Revert) -> None:
+        data = self.data(revert)
+        body: dict[str, JsonValue] = {"kind": self.kind, "id": data.fault_id}
+        body["factor"] = float(params.factor)
+        _post_fault(data.admin, body, target.name)
         log.info("%s: %s %s", target.name, self.kind, body.get("factor", ""))
 
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
-        _delete_fault(str(revert.data["admin"]), str(revert.data["fault_id"]), revert.target)
+        data = self.data(revert)
+        _delete_fault(data.admin, data.fault_id, revert.target)
 
 
-class GpuThrottle(_AdminFault):
+class GpuThrottle(_AdminFault[ThrottleParams]):
     """Thermal or power capping: every engine step (so inter-token latency) x factor."""
 
     name: ClassVar[str] = "gpu_throttle"
     summary: ClassVar[str] = "GPU clocks throttled: inter-token latency x factor (simulator)"
-    Params: ClassVar[type[BaseModel]] = ThrottleParams
+    Params = ThrottleParams
     kind: ClassVar[str] = "throttle"
 
 
-class KvPressure(_AdminFault):
+class KvPressure(_AdminFault[KvPressureParams]):
     """Usable KV-cache blocks x factor: preemptions, recompute and latency spikes."""
 
     name: ClassVar[str] = "kv_pressure"
     summary: ClassVar[str] = (
         "KV-cache capacity x factor: preemptions and latency spikes (simulator)"
     )
-    Params: ClassVar[type[BaseModel]] = KvPressureParams
+    Params = KvPressureParams
     kind: ClassVar[str] = "kv_shrink"

@@ -26,9 +26,9 @@ from faultday.cluster.config import ClusterAccess
 from faultday.cluster.guards import BlastRadius
 from faultday.cluster.kubernetes import KubernetesStack
 from faultday.core.targets import Revert, Target
+from faultday.core.types import Duration
 from faultday.errors import InjectionError, RevertError
-from faultday.injectors.base import FaultContext, Injector
-from faultday.scenario.types import Duration
+from faultday.injectors.base import FaultContext, Injector, RevertData
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class _Params(BaseModel):
 
 
 def _stack(ctx: FaultContext, injector: str) -> KubernetesStack:
-    stack = getattr(ctx, "stack", None)
+    stack = ctx.stack
     if not isinstance(stack, KubernetesStack):
         kind = type(stack).__name__ if stack is not None else "no stack"
         raise InjectionError(f"{injector} needs the kubernetes driver (this run has {kind})")
@@ -56,23 +56,27 @@ def _base_data(stack: KubernetesStack, component: str) -> dict[str, JsonValue]:
     }
 
 
+class ClusterData(RevertData):
+    """Enough to reach the cluster again without a live stack: access and blast radius."""
+
+    access: dict[str, JsonValue]
+    guard: dict[str, JsonValue]
+    namespace: str
+    component: str
+
+
 @contextmanager
-def _cluster_for(ctx: FaultContext, revert: Revert) -> Iterator[KubernetesCluster]:
+def _cluster_for(ctx: FaultContext, data: ClusterData) -> Iterator[KubernetesCluster]:
     """The live stack's cluster, or one rebuilt from the revert's data (recover)."""
-    stack = getattr(ctx, "stack", None)
-    if isinstance(stack, KubernetesStack):
-        yield stack.cluster
+    if isinstance(ctx.stack, KubernetesStack):
+        yield ctx.stack.cluster
         return
-    access = ClusterAccess.model_validate(revert.data["access"])
-    cluster = KubernetesCluster(access, BlastRadius.from_json(revert.data["guard"]))
+    access = ClusterAccess.model_validate(data.access)
+    cluster = KubernetesCluster(access, BlastRadius.from_json(data.guard))
     try:
         yield cluster
     finally:
         cluster.close()
-
-
-def _s(revert: Revert, key: str) -> str:
-    return str(revert.data[key])
 
 
 # -- pod_delete ---------------------------------------------------------------------------
@@ -94,24 +98,30 @@ class PodDeleteParams(_Params):
         return self
 
 
-class PodDelete(Injector):
+class PodDeleteData(ClusterData):
+    wait_ready: float | None = None  # seconds the revert waits for the Deployment; None = not
+
+
+class PodDelete(Injector[PodDeleteParams, PodDeleteData]):
     """Delete pods of a component (by its labels): a count or a percentage of them."""
 
     name = "pod_delete"
     summary = "Kubernetes: delete N or N% of a component's pods"
     Params = PodDeleteParams
+    Data = PodDeleteData
 
     def prepare(
-        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+        self, ctx: FaultContext, target: Target, params: PodDeleteParams, *, fault: str
     ) -> Revert:
-        assert isinstance(params, PodDeleteParams)
         stack = _stack(ctx, self.name)
-        data = _base_data(stack, target.name)
-        data["wait_ready"] = params.wait_ready
-        return Revert(self.name, fault, target.name, "await_ready", data)
+        data = PodDeleteData.model_validate(
+            {**_base_data(stack, target.name), "wait_ready": params.wait_ready}
+        )
+        return self.record(target, fault=fault, action="await_ready", data=data)
 
-    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
-        assert isinstance(params, PodDeleteParams)
+    def inject(
+        self, ctx: FaultContext, target: Target, params: PodDeleteParams, revert: Revert
+    ) -> None:
         stack = _stack(ctx, self.name)
         try:
             pods = [
@@ -132,18 +142,19 @@ class PodDelete(Injector):
 
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
         """Nothing to undo (the Deployment replaces pods); wait until it is ready again."""
-        wait = revert.data.get("wait_ready")
+        data = self.data(revert)
+        wait = data.wait_ready
         if wait is None:
             return
-        ns, comp = _s(revert, "namespace"), _s(revert, "component")
-        with _cluster_for(ctx, revert) as cluster:
+        ns, comp = data.namespace, data.component
+        with _cluster_for(ctx, data) as cluster:
 
             def ready() -> bool:
                 d = cluster.deployment(ns, comp)
                 return d is None or d.is_ready
 
             try:
-                cluster.wait(f"{ns}/{comp} ready after pod_delete", ready, timeout=float(str(wait)))
+                cluster.wait(f"{ns}/{comp} ready after pod_delete", ready, timeout=wait)
             except ClusterError as exc:
                 raise RevertError(str(exc)) from exc
 
@@ -163,19 +174,26 @@ class NodeGpuLossParams(_Params):
     )
 
 
-class NodeGpuLoss(Injector):
+class NodeGpuLossData(ClusterData):
+    node: str
+    was_unschedulable: bool  # the node's state before the fault: the revert restores only
+    had_taint: bool  # what this fault changed
+    taint: dict[str, str]
+
+
+class NodeGpuLoss(Injector[NodeGpuLossParams, NodeGpuLossData]):
     """Cordon the GPU node, taint it nvidia.com/gpu=unhealthy, delete the LLM pods on it."""
 
     name = "node_gpu_loss"
     summary = "Kubernetes: cordon + taint the GPU node of an LLM component, delete its pods"
     Params = NodeGpuLossParams
+    Data = NodeGpuLossData
     component_types = LLM_TYPES
 
     def prepare(
-        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+        self, ctx: FaultContext, target: Target, params: NodeGpuLossParams, *, fault: str
     ) -> Revert:
         """Find and guard-check the node; record its state before the fault (reads only)."""
-        assert isinstance(params, NodeGpuLossParams)
         stack = _stack(ctx, self.name)
         cluster = stack.cluster
         try:
@@ -194,23 +212,27 @@ class NodeGpuLoss(Injector):
             require_label=stack.config.gpu_node_label if params.require_gpu_label else "",
         )
         taint = Taint(params.taint_key, params.taint_value, params.taint_effect)
-        data = _base_data(stack, target.name)
-        data.update(
-            node=node_name,
-            was_unschedulable=node.unschedulable,
-            had_taint=taint in node.taints,
-            taint={**taint.to_api()},
+        data = NodeGpuLossData.model_validate(
+            {
+                **_base_data(stack, target.name),
+                "node": node_name,
+                "was_unschedulable": node.unschedulable,
+                "had_taint": taint in node.taints,
+                "taint": {**taint.to_api()},
+            }
         )
-        return Revert(self.name, fault, target.name, "uncordon_untaint", data)
+        return self.record(target, fault=fault, action="uncordon_untaint", data=data)
 
-    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
-        assert isinstance(params, NodeGpuLossParams)
+    def inject(
+        self, ctx: FaultContext, target: Target, params: NodeGpuLossParams, revert: Revert
+    ) -> None:
         stack = _stack(ctx, self.name)
         cluster = stack.cluster
-        node_name = _s(revert, "node")
+        data = self.data(revert)
+        node_name = data.node
         taint = Taint(params.taint_key, params.taint_value, params.taint_effect)
         try:
-            if not revert.data["was_unschedulable"]:
+            if not data.was_unschedulable:
                 cluster.set_unschedulable(node_name, True)
             node = cluster.read_node(node_name)
             if taint not in node.taints:
@@ -223,16 +245,16 @@ class NodeGpuLoss(Injector):
 
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
         """Remove our taint, then uncordon — only what this fault added; idempotent."""
-        node_name = _s(revert, "node")
-        raw = revert.data["taint"]
-        assert isinstance(raw, dict)
-        taint = Taint(str(raw["key"]), str(raw["value"]), str(raw["effect"]))
-        with _cluster_for(ctx, revert) as cluster:
+        data = self.data(revert)
+        node_name = data.node
+        raw = data.taint
+        taint = Taint(raw["key"], raw["value"], raw["effect"])
+        with _cluster_for(ctx, data) as cluster:
             try:
                 node = cluster.read_node(node_name)
-                if not revert.data["had_taint"] and taint in node.taints:
+                if not data.had_taint and taint in node.taints:
                     cluster.set_taints(node_name, tuple(t for t in node.taints if t != taint))
-                if not revert.data["was_unschedulable"] and node.unschedulable:
+                if not data.was_unschedulable and node.unschedulable:
                     cluster.set_unschedulable(node_name, False)
             except ClusterError as exc:
                 if exc.status == 404:  # the node is gone: nothing of ours is left on it
@@ -248,56 +270,68 @@ class ChaosMeshInjectorParams(ChaosMeshParams):
     gone_timeout: Duration = Field(default=60.0, description="revert waits for the object to go")
 
 
-class ChaosMesh(Injector):
+class ChaosData(ClusterData):
+    kind: str
+    plural: str
+    name: str  # the object's name, chosen before it exists
+    gone_timeout: float = 60.0
+
+
+class ChaosMesh(Injector[ChaosMeshInjectorParams, ChaosData]):
     """Create a Chaos Mesh NetworkChaos, PodChaos or StressChaos aimed at a component."""
 
     name = "chaos_mesh"
     summary = "Kubernetes: a Chaos Mesh NetworkChaos / PodChaos / StressChaos on a component"
     Params = ChaosMeshInjectorParams
+    Data = ChaosData
     suffix_len: ClassVar[int] = 8
 
     def prepare(
-        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+        self, ctx: FaultContext, target: Target, params: ChaosMeshInjectorParams, *, fault: str
     ) -> Revert:
-        assert isinstance(params, ChaosMeshInjectorParams)
         stack = _stack(ctx, self.name)
         if params.peer is not None and params.peer not in stack.components():
             raise InjectionError(f"chaos_mesh peer {params.peer!r} is not a component of the stack")
-        data = _base_data(stack, target.name)
-        data.update(
-            kind=str(params.kind),
-            plural=PLURALS[params.kind],
-            name=object_name(fault, uuid.uuid4().hex[: self.suffix_len]),
-            gone_timeout=params.gone_timeout,
+        data = ChaosData.model_validate(
+            {
+                **_base_data(stack, target.name),
+                "kind": str(params.kind),
+                "plural": PLURALS[params.kind],
+                "name": object_name(fault, uuid.uuid4().hex[: self.suffix_len]),
+                "gone_timeout": params.gone_timeout,
+            }
         )
-        return Revert(self.name, fault, target.name, "delete_chaos", data)
+        return self.record(target, fault=fault, action="delete_chaos", data=data)
 
-    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
-        assert isinstance(params, ChaosMeshInjectorParams)
+    def inject(
+        self, ctx: FaultContext, target: Target, params: ChaosMeshInjectorParams, revert: Revert
+    ) -> None:
         stack = _stack(ctx, self.name)
+        data = self.data(revert)
         obj = build(
             params,
-            name=_s(revert, "name"),
+            name=data.name,
             namespace=stack.namespace,
             component=target.name,
             guard=stack.guard,
             fault=revert.fault,
         )
         try:
-            stack.cluster.create_chaos(obj, plural=_s(revert, "plural"))
+            stack.cluster.create_chaos(obj, plural=data.plural)
         except ClusterError as exc:
             raise InjectionError(str(exc)) from exc
 
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
         """Delete the object, then check it is gone (Chaos Mesh recovers in a finalizer)."""
-        ns, plural, name = _s(revert, "namespace"), _s(revert, "plural"), _s(revert, "name")
-        with _cluster_for(ctx, revert) as cluster:
+        data = self.data(revert)
+        ns, plural, name = data.namespace, data.plural, data.name
+        with _cluster_for(ctx, data) as cluster:
             try:
                 cluster.delete_chaos(namespace=ns, plural=plural, name=name)
                 cluster.wait(
                     f"{plural} {ns}/{name} gone",
                     lambda: cluster.get_chaos(namespace=ns, plural=plural, name=name) is None,
-                    timeout=float(str(revert.data.get("gone_timeout", 60.0))),
+                    timeout=data.gone_timeout,
                     interval=0.5,
                 )
             except ClusterError as exc:

@@ -9,15 +9,16 @@ the ledger names exactly what inject will create, before it exists.
 from __future__ import annotations
 
 import logging
-from typing import ClassVar, Literal
+from abc import abstractmethod
+from typing import ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from faultday.core.targets import Revert, Target, TargetKind
+from faultday.core.types import Duration
 from faultday.errors import InjectionError, RevertError
-from faultday.injectors.base import FaultContext, Injector, NoParams
+from faultday.injectors.base import FaultContext, Injector, NoParams, RevertData
 from faultday.proxy.client import ProxyAPIError, ToxiproxyClient
-from faultday.scenario.types import Duration
 
 log = logging.getLogger(__name__)
 
@@ -112,47 +113,53 @@ def _edge(target: Target) -> tuple[str, str]:
     return target.proxy_api, target.proxy_name
 
 
-def _str(data: dict[str, JsonValue], key: str) -> str:
-    return str(data.get(key, ""))
+TP = TypeVar("TP", bound=_Params)
+TcpP = TypeVar("TcpP", bound=_TcpParams)
+HttpP = TypeVar("HttpP", bound=_Limited)
 
 
-class ToxicInjector(Injector):
+class ToxicData(RevertData):
+    """The toxics a fault adds, named before they exist: removing them is the revert."""
+
+    proxy_api: str
+    proxy: str
+    toxics: list[str]
+
+
+class ToxicInjector(Injector[TP, ToxicData]):
     """Base of the toxic-backed injectors: one toxic per stream, removed on revert."""
 
     toxic_type: ClassVar[str]
     target_kinds: ClassVar[frozenset[TargetKind]] = EDGE
+    Data = ToxicData
 
-    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
-        raise NotImplementedError
+    @abstractmethod
+    def attributes(self, params: TP) -> dict[str, JsonValue]:
+        """The toxic's attributes, as the Toxiproxy API takes them."""
 
-    @staticmethod
-    def _streams(params: BaseModel) -> list[str]:
-        stream = getattr(params, "stream", "downstream")
-        return ["downstream", "upstream"] if stream == "both" else [str(stream)]
+    @abstractmethod
+    def _streams(self, params: TP) -> list[str]:
+        """The streams that get a toxic each."""
 
-    def toxic_names(self, fault: str, params: BaseModel) -> list[str]:
+    @abstractmethod
+    def _toxicity(self, params: TP) -> float:
+        """The share of connections hit."""
+
+    def toxic_names(self, fault: str, params: TP) -> list[str]:
         base = f"faultday-{fault}-{self.toxic_type}"
         streams = self._streams(params)
         return [base] if len(streams) == 1 else [f"{base}-{s}" for s in streams]
 
-    def prepare(
-        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
-    ) -> Revert:
+    def prepare(self, ctx: FaultContext, target: Target, params: TP, *, fault: str) -> Revert:
         api, proxy = _edge(target)
-        names: list[JsonValue] = list(self.toxic_names(fault, params))
-        return Revert(
-            injector=self.name,
-            fault=fault,
-            target=target.name,
-            action="remove_toxics",
-            data={"proxy_api": api, "proxy": proxy, "toxics": names},
-        )
+        data = ToxicData(proxy_api=api, proxy=proxy, toxics=self.toxic_names(fault, params))
+        return self.record(target, fault=fault, action="remove_toxics", data=data)
 
-    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
-        api, proxy = _str(revert.data, "proxy_api"), _str(revert.data, "proxy")
-        names = [str(n) for n in revert.data.get("toxics") or []]  # type: ignore[union-attr]
+    def inject(self, ctx: FaultContext, target: Target, params: TP, revert: Revert) -> None:
+        d = self.data(revert)
+        api, proxy, names = d.proxy_api, d.proxy, d.toxics
         attrs = self.attributes(params)
-        toxicity = float(getattr(params, "toxicity", 1.0))
+        toxicity = self._toxicity(params)
         with ToxiproxyClient(api, timeout=API_TIMEOUT) as client:
             for name, stream in zip(names, self._streams(params), strict=True):
                 try:
@@ -175,8 +182,8 @@ class ToxicInjector(Injector):
         log.info("%s: %s toxic(s) %s on proxy %s", target.name, self.toxic_type, names, proxy)
 
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
-        api, proxy = _str(revert.data, "proxy_api"), _str(revert.data, "proxy")
-        names = [str(n) for n in revert.data.get("toxics") or []]  # type: ignore[union-attr]
+        d = self.data(revert)
+        api, proxy, names = d.proxy_api, d.proxy, d.toxics
         with ToxiproxyClient(api, timeout=API_TIMEOUT) as client:
             for name in names:
                 try:
@@ -190,68 +197,83 @@ class ToxicInjector(Injector):
                     raise RevertError(f"{revert.target}: removing toxic {name}: {exc}") from exc
 
 
-class Latency(ToxicInjector):
+class TcpToxicInjector(ToxicInjector[TcpP]):
+    """A TCP toxic: on one stream or both, for a share of the connections."""
+
+    def _streams(self, params: TcpP) -> list[str]:
+        return ["downstream", "upstream"] if params.stream == "both" else [params.stream]
+
+    def _toxicity(self, params: TcpP) -> float:
+        return params.toxicity
+
+
+class HttpToxicInjector(ToxicInjector[HttpP]):
+    """An HTTP or SSE toxic: it acts on the answers (downstream)."""
+
+    def _streams(self, params: HttpP) -> list[str]:
+        return ["downstream"]
+
+    def _toxicity(self, params: HttpP) -> float:
+        return params.toxicity
+
+
+class Latency(TcpToxicInjector[LatencyParams]):
     """Add latency (± jitter) to every chunk on a proxied edge."""
 
     name: ClassVar[str] = "latency"
     summary: ClassVar[str] = "added latency (± jitter) on an edge, per chunk"
     toxic_type: ClassVar[str] = "latency"
-    Params: ClassVar[type[BaseModel]] = LatencyParams
+    Params = LatencyParams
 
-    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
-        assert isinstance(params, LatencyParams)
+    def attributes(self, params: LatencyParams) -> dict[str, JsonValue]:
         return {"latency": _ms(params.latency), "jitter": _ms(params.jitter)}
 
 
-class Reset(ToxicInjector):
+class Reset(TcpToxicInjector[ResetParams]):
     """Reset (TCP RST) the connections that carry data on an edge, at once or after a delay."""
 
     name: ClassVar[str] = "reset"
     summary: ClassVar[str] = "TCP RST on an edge's connections (ECONNRESET)"
     toxic_type: ClassVar[str] = "reset_peer"
-    Params: ClassVar[type[BaseModel]] = ResetParams
+    Params = ResetParams
 
-    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
-        assert isinstance(params, ResetParams)
+    def attributes(self, params: ResetParams) -> dict[str, JsonValue]:
         return {"timeout": _ms(params.after)}
 
 
-class Timeout(ToxicInjector):
+class Timeout(TcpToxicInjector[TimeoutParams]):
     """Black-hole an edge: no data passes; close after ``after`` (0s = never)."""
 
     name: ClassVar[str] = "timeout"
     summary: ClassVar[str] = "nothing passes on an edge; optionally closed after a while"
     toxic_type: ClassVar[str] = "timeout"
-    Params: ClassVar[type[BaseModel]] = TimeoutParams
+    Params = TimeoutParams
 
-    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
-        assert isinstance(params, TimeoutParams)
+    def attributes(self, params: TimeoutParams) -> dict[str, JsonValue]:
         return {"timeout": _ms(params.after)}
 
 
-class Bandwidth(ToxicInjector):
+class Bandwidth(TcpToxicInjector[BandwidthParams]):
     """Limit an edge's throughput to ``rate`` KB/s."""
 
     name: ClassVar[str] = "bandwidth"
     summary: ClassVar[str] = "throughput cap on an edge (KB/s)"
     toxic_type: ClassVar[str] = "bandwidth"
-    Params: ClassVar[type[BaseModel]] = BandwidthParams
+    Params = BandwidthParams
 
-    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
-        assert isinstance(params, BandwidthParams)
+    def attributes(self, params: BandwidthParams) -> dict[str, JsonValue]:
         return {"rate": params.rate}
 
 
-class Slicer(ToxicInjector):
+class Slicer(TcpToxicInjector[SlicerParams]):
     """Slice data into small delayed pieces (partial reads, Nagle-like stalls)."""
 
     name: ClassVar[str] = "slicer"
     summary: ClassVar[str] = "data in small delayed slices"
     toxic_type: ClassVar[str] = "slicer"
-    Params: ClassVar[type[BaseModel]] = SlicerParams
+    Params = SlicerParams
 
-    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
-        assert isinstance(params, SlicerParams)
+    def attributes(self, params: SlicerParams) -> dict[str, JsonValue]:
         return {
             "average_size": params.average_size,
             "size_variation": params.size_variation,
@@ -259,16 +281,15 @@ class Slicer(ToxicInjector):
         }
 
 
-class LimitData(ToxicInjector):
+class LimitData(TcpToxicInjector[LimitDataParams]):
     """Close each connection after it carried ``bytes`` bytes."""
 
     name: ClassVar[str] = "limit_data"
     summary: ClassVar[str] = "connections cut after N bytes"
     toxic_type: ClassVar[str] = "limit_data"
-    Params: ClassVar[type[BaseModel]] = LimitDataParams
+    Params = LimitDataParams
 
-    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
-        assert isinstance(params, LimitDataParams)
+    def attributes(self, params: LimitDataParams) -> dict[str, JsonValue]:
         return {"bytes": params.bytes}
 
 
@@ -276,16 +297,15 @@ def _limits(params: _Limited) -> dict[str, JsonValue]:
     return {"first_n": params.first_n, "limit_time": _ms(params.limit_time)}
 
 
-class HttpError(ToxicInjector):
+class HttpError(HttpToxicInjector[HttpErrorParams]):
     """Answer requests with status N (and Retry-After) instead of the upstream."""
 
     name: ClassVar[str] = "http_error"
     summary: ClassVar[str] = "HTTP status N (+ Retry-After) for a share or the first N requests"
     toxic_type: ClassVar[str] = "http_error"
-    Params: ClassVar[type[BaseModel]] = HttpErrorParams
+    Params = HttpErrorParams
 
-    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
-        assert isinstance(params, HttpErrorParams)
+    def attributes(self, params: HttpErrorParams) -> dict[str, JsonValue]:
         retry = -1 if params.retry_after is None else round(params.retry_after)
         return {
             "status": params.status,
@@ -297,80 +317,78 @@ class HttpError(ToxicInjector):
         }
 
 
-class HttpLatency(ToxicInjector):
+class HttpLatency(HttpToxicInjector[HttpLatencyParams]):
     """Delay each HTTP request (not each chunk) on a keep-alive edge."""
 
     name: ClassVar[str] = "http_latency"
     summary: ClassVar[str] = "latency per HTTP request"
     toxic_type: ClassVar[str] = "http_latency"
-    Params: ClassVar[type[BaseModel]] = HttpLatencyParams
+    Params = HttpLatencyParams
 
-    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
-        assert isinstance(params, HttpLatencyParams)
+    def attributes(self, params: HttpLatencyParams) -> dict[str, JsonValue]:
         return {"latency": _ms(params.latency), "jitter": _ms(params.jitter), **_limits(params)}
 
 
-class StreamCut(ToxicInjector):
+class StreamCut(HttpToxicInjector[StreamCutParams]):
     """Cut token streams (SSE) after N events: RST or a clean close."""
 
     name: ClassVar[str] = "stream_cut"
     summary: ClassVar[str] = "cut SSE token streams after N events"
     toxic_type: ClassVar[str] = "stream_cut"
-    Params: ClassVar[type[BaseModel]] = StreamCutParams
+    Params = StreamCutParams
 
-    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
-        assert isinstance(params, StreamCutParams)
+    def attributes(self, params: StreamCutParams) -> dict[str, JsonValue]:
         return {"after_events": params.after_events, "mode": params.mode, **_limits(params)}
 
 
-class StreamStall(ToxicInjector):
+class StreamStall(HttpToxicInjector[StreamStallParams]):
     """Hold token streams after N events for a while (or until the fault ends)."""
 
     name: ClassVar[str] = "stream_stall"
     summary: ClassVar[str] = "stall SSE token streams after N events"
     toxic_type: ClassVar[str] = "stream_stall"
-    Params: ClassVar[type[BaseModel]] = StreamStallParams
+    Params = StreamStallParams
 
-    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
-        assert isinstance(params, StreamStallParams)
+    def attributes(self, params: StreamStallParams) -> dict[str, JsonValue]:
         return {"after_events": params.after_events, "stall": _ms(params.stall), **_limits(params)}
 
 
-class StreamDrip(ToxicInjector):
+class StreamDrip(HttpToxicInjector[StreamDripParams]):
     """Release token stream events one every interval (a slow generator)."""
 
     name: ClassVar[str] = "stream_drip"
     summary: ClassVar[str] = "one SSE event every interval"
     toxic_type: ClassVar[str] = "stream_drip"
-    Params: ClassVar[type[BaseModel]] = StreamDripParams
+    Params = StreamDripParams
 
-    def attributes(self, params: BaseModel) -> dict[str, JsonValue]:
-        assert isinstance(params, StreamDripParams)
+    def attributes(self, params: StreamDripParams) -> dict[str, JsonValue]:
         return {"interval": _ms(params.interval), **_limits(params)}
 
 
-class Outage(Injector):
+class ProxyData(RevertData):
+    """The proxy a fault disables: enabling it again is the revert."""
+
+    proxy_api: str
+    proxy: str
+
+
+class Outage(Injector[NoParams, ProxyData]):
     """Take an edge down: the proxy refuses connections and closes open ones."""
 
     name: ClassVar[str] = "outage"
     summary: ClassVar[str] = "edge down (proxy disabled): refused and closed connections"
-    Params: ClassVar[type[BaseModel]] = NoParams
+    Params = NoParams
+    Data = ProxyData
     target_kinds: ClassVar[frozenset[TargetKind]] = EDGE
 
-    def prepare(
-        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
-    ) -> Revert:
+    def prepare(self, ctx: FaultContext, target: Target, params: NoParams, *, fault: str) -> Revert:
         api, proxy = _edge(target)
-        return Revert(
-            injector=self.name,
-            fault=fault,
-            target=target.name,
-            action="enable_proxy",
-            data={"proxy_api": api, "proxy": proxy},
-        )
+        data = ProxyData(proxy_api=api, proxy=proxy)
+        return self.record(target, fault=fault, action="enable_proxy", data=data)
 
-    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
-        api, proxy = _str(revert.data, "proxy_api"), _str(revert.data, "proxy")
+    def inject(self, ctx: FaultContext, target: Target, params: NoParams, revert: Revert) -> None:
+        d = self.data(revert)
+        api, proxy = d.proxy_api, d.proxy
         with ToxiproxyClient(api, timeout=API_TIMEOUT) as client:
             try:
                 client.set_enabled(proxy, False)
@@ -379,7 +397,8 @@ class Outage(Injector):
         log.info("%s: proxy %s disabled", target.name, proxy)
 
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
-        api, proxy = _str(revert.data, "proxy_api"), _str(revert.data, "proxy")
+        d = self.data(revert)
+        api, proxy = d.proxy_api, d.proxy
         with ToxiproxyClient(api, timeout=API_TIMEOUT) as client:
             try:
                 client.set_enabled(proxy, True)

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from faultday.core.targets import Revert, Target
 from faultday.errors import InjectionError
-from faultday.injectors.base import FaultContext, Injector, NoParams
+from faultday.injectors.base import FaultContext, Injector, NoParams, RevertData
 
 log = logging.getLogger(__name__)
 
@@ -70,29 +70,36 @@ class KillParams(BaseModel):
     restart_timeout: float = Field(default=60.0, gt=0, description="seconds to wait for ready")
 
 
-class ProcessKill(Injector):
+class PidData(RevertData):
+    """The process a fault signals: its PID and start time (PIDs get recycled)."""
+
+    pid: int
+    create_time: float
+
+
+class KillData(PidData):
+    timeout: float = 60.0  # seconds to wait for the restarted component to be ready
+
+
+class ProcessKill(Injector[KillParams, KillData]):
     """Kill a component's process group with a signal; optionally restart it at window end."""
 
     name: ClassVar[str] = "process_kill"
     summary: ClassVar[str] = "SIGKILL a component (restarted at window end unless restart: false)"
-    Params: ClassVar[type[BaseModel]] = KillParams
+    Params = KillParams
+    Data = KillData
 
     def prepare(
-        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+        self, ctx: FaultContext, target: Target, params: KillParams, *, fault: str
     ) -> Revert:
-        assert isinstance(params, KillParams)
         pid, created = _identity(target)
-        return Revert(
-            injector=self.name,
-            fault=fault,
-            target=target.name,
-            action="restart" if params.restart else "none",
-            data={"pid": pid, "create_time": created, "timeout": params.restart_timeout},
-        )
+        data = KillData(pid=pid, create_time=created, timeout=params.restart_timeout)
+        action = "restart" if params.restart else "none"
+        return self.record(target, fault=fault, action=action, data=data)
 
-    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
-        assert isinstance(params, KillParams)
-        pid, created = int(revert.data["pid"]), float(revert.data["create_time"])  # type: ignore[arg-type]
+    def inject(self, ctx: FaultContext, target: Target, params: KillParams, revert: Revert) -> None:
+        d = self.data(revert)
+        pid, created = d.pid, d.create_time
         if not _same_process(pid, created):
             raise InjectionError(f"{target.name}: process {pid} is gone already")
         _signal_group(pid, signal.Signals[params.signal])
@@ -101,33 +108,29 @@ class ProcessKill(Injector):
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
         if revert.action != "restart":
             return
-        pid, created = int(revert.data["pid"]), float(revert.data["create_time"])  # type: ignore[arg-type]
+        d = self.data(revert)
+        pid, created = d.pid, d.create_time
         if _same_process(pid, created) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
             return  # the kill never landed (or a non-fatal signal): nothing to restart
-        ctx.restart(revert.target, timeout=float(revert.data.get("timeout", 60.0)))  # type: ignore[arg-type]
+        ctx.restart(revert.target, timeout=d.timeout)
 
 
-class ProcessPause(Injector):
+class ProcessPause(Injector[NoParams, PidData]):
     """Freeze a component with SIGSTOP; SIGCONT at window end (the revert)."""
 
     name: ClassVar[str] = "process_pause"
     summary: ClassVar[str] = "SIGSTOP a component for the window, then SIGCONT"
-    Params: ClassVar[type[BaseModel]] = NoParams
+    Params = NoParams
+    Data = PidData
 
-    def prepare(
-        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
-    ) -> Revert:
+    def prepare(self, ctx: FaultContext, target: Target, params: NoParams, *, fault: str) -> Revert:
         pid, created = _identity(target)
-        return Revert(
-            injector=self.name,
-            fault=fault,
-            target=target.name,
-            action="sigcont",
-            data={"pid": pid, "create_time": created},
-        )
+        data = PidData(pid=pid, create_time=created)
+        return self.record(target, fault=fault, action="sigcont", data=data)
 
-    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
-        pid, created = int(revert.data["pid"]), float(revert.data["create_time"])  # type: ignore[arg-type]
+    def inject(self, ctx: FaultContext, target: Target, params: NoParams, revert: Revert) -> None:
+        d = self.data(revert)
+        pid, created = d.pid, d.create_time
         if not _same_process(pid, created):
             raise InjectionError(f"{target.name}: process {pid} is not running")
         _signal_group(pid, signal.SIGSTOP)
@@ -136,7 +139,8 @@ class ProcessPause(Injector):
         log.info("paused %s (pid %d)", target.name, pid)
 
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
-        pid, created = int(revert.data["pid"]), float(revert.data["create_time"])  # type: ignore[arg-type]
+        d = self.data(revert)
+        pid, created = d.pid, d.create_time
         if not _same_process(pid, created):
             log.info("%s: process %d is gone; nothing to resume", revert.target, pid)
             return

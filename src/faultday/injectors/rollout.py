@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from faultday.core.targets import Revert, Target
 from faultday.errors import InjectionError, RevertError
-from faultday.injectors.base import FaultContext, Injector
+from faultday.injectors.base import FaultContext, Injector, RevertData
 
 log = logging.getLogger(__name__)
 
@@ -70,34 +70,37 @@ def set_share(base: str, share: float, *, target: str) -> None:
         )
 
 
-class ModelRollout(Injector):
+class ShareData(RevertData):
+    """The agent's admin API and the canary share to put back."""
+
+    base: str
+    previous: float = 0.0
+
+
+class ModelRollout(Injector[ModelRolloutParams, ShareData]):
     """A canary rollout: ``share`` of chat requests go to the new model version."""
 
     name = "model_rollout"
     summary = "canary rollout: a share of chat traffic to a new model version (agent admin API)"
     Params = ModelRolloutParams
+    Data = ShareData
     component_types: ClassVar[frozenset[str] | None] = frozenset({"agent"})
 
     def prepare(
-        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+        self, ctx: FaultContext, target: Target, params: ModelRolloutParams, *, fault: str
     ) -> Revert:
         base = _base(target)
-        return Revert(
-            injector=self.name,
-            fault=fault,
-            target=target.name,
-            action="set_canary_share",
-            data={"base": base, "previous": _current_share(base, target=target.name)},
-        )
+        data = ShareData(base=base, previous=_current_share(base, target=target.name))
+        return self.record(target, fault=fault, action="set_canary_share", data=data)
 
-    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
-        assert isinstance(params, ModelRolloutParams)
-        set_share(str(revert.data["base"]), params.share, target=target.name)
+    def inject(
+        self, ctx: FaultContext, target: Target, params: ModelRolloutParams, revert: Revert
+    ) -> None:
+        set_share(self.data(revert).base, params.share, target=target.name)
 
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
-        base = str(revert.data["base"])
-        previous = revert.data.get("previous")
-        share = float(previous) if isinstance(previous, int | float) else 0.0
+        d = self.data(revert)
+        base, share = d.base, d.previous
         try:
             set_share(base, share, target=revert.target)
         except InjectionError as exc:

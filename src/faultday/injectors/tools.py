@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import ClassVar
+from abc import abstractmethod
+from typing import ClassVar, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from faultday.core.targets import Revert, Target
+from faultday.core.types import Duration
 from faultday.errors import InjectionError, RevertError
-from faultday.injectors.base import FaultContext, Injector
-from faultday.scenario.types import Duration
+from faultday.injectors.base import FaultContext, Injector, RevertData
 
 log = logging.getLogger(__name__)
 
@@ -76,42 +77,47 @@ def delete_fault(base: str, fault_id: str, *, target: str) -> None:
         raise RevertError(f"{target}: clearing tool fault {fault_id} answered {resp.status_code}")
 
 
-class _ToolFault(Injector):
+class ToolFaultData(RevertData):
+    """The fault as the tool server's admin API takes it, and where to clear it."""
+
+    base: str
+    fault_id: str
+    body: dict[str, JsonValue]
+
+
+TP = TypeVar("TP", bound=ToolOverloadParams | ToolTimeoutParams)
+
+
+class _ToolFault(Injector[TP, ToolFaultData]):
     component_types: ClassVar[frozenset[str] | None] = frozenset({TOOLS})
+    Data = ToolFaultData
 
-    def _body(self, params: BaseModel) -> dict[str, JsonValue]:
-        raise NotImplementedError
+    @abstractmethod
+    def _body(self, params: TP) -> dict[str, JsonValue]:
+        """The fault's body for ``PUT /admin/faults/{id}``."""
 
-    def prepare(
-        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
-    ) -> Revert:
+    def prepare(self, ctx: FaultContext, target: Target, params: TP, *, fault: str) -> Revert:
         fault_id = f"{fault}-{uuid.uuid4().hex[:8]}"
-        return Revert(
-            injector=self.name,
-            fault=fault,
-            target=target.name,
-            action="delete_tool_fault",
-            data={"base": _base(target), "fault_id": fault_id, "body": self._body(params)},
-        )
+        data = ToolFaultData(base=_base(target), fault_id=fault_id, body=self._body(params))
+        return self.record(target, fault=fault, action="delete_tool_fault", data=data)
 
-    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
-        body = revert.data["body"]
-        assert isinstance(body, dict)
-        put_fault(str(revert.data["base"]), str(revert.data["fault_id"]), body, target=target.name)
+    def inject(self, ctx: FaultContext, target: Target, params: TP, revert: Revert) -> None:
+        d = self.data(revert)
+        put_fault(d.base, d.fault_id, d.body, target=target.name)
 
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
-        delete_fault(str(revert.data["base"]), str(revert.data["fault_id"]), target=revert.target)
+        d = self.data(revert)
+        delete_fault(d.base, d.fault_id, target=revert.target)
 
 
-class ToolOverload(_ToolFault):
+class ToolOverload(_ToolFault[ToolOverloadParams]):
     """Cut the tool server's capacity: calls beyond it fail with an MCP error + retry-after."""
 
     name = "tool_overload"
     summary = "tool server capacity cut: overload errors with retry-after"
     Params = ToolOverloadParams
 
-    def _body(self, params: BaseModel) -> dict[str, JsonValue]:
-        assert isinstance(params, ToolOverloadParams)
+    def _body(self, params: ToolOverloadParams) -> dict[str, JsonValue]:
         return {
             "tools": list(params.tools) if params.tools is not None else None,
             "concurrency": params.concurrency,
@@ -120,15 +126,14 @@ class ToolOverload(_ToolFault):
         }
 
 
-class ToolTimeout(_ToolFault):
+class ToolTimeout(_ToolFault[ToolTimeoutParams]):
     """Make tools slow (added latency, optional error rate) so callers hit their timeouts."""
 
     name = "tool_timeout"
     summary = "slow tools: added latency per call"
     Params = ToolTimeoutParams
 
-    def _body(self, params: BaseModel) -> dict[str, JsonValue]:
-        assert isinstance(params, ToolTimeoutParams)
+    def _body(self, params: ToolTimeoutParams) -> dict[str, JsonValue]:
         return {
             "tools": list(params.tools) if params.tools is not None else None,
             "latency_s": params.latency,

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from faultday.core.targets import Revert, Target, TargetKind
 from faultday.errors import InjectionError, RevertError
-from faultday.injectors.base import FaultContext, Injector, NoParams
+from faultday.injectors.base import FaultContext, Injector, NoParams, RevertData
 from faultday.injectors.cache import set_edge_enabled
 
 log = logging.getLogger(__name__)
@@ -73,18 +73,28 @@ def switch_alias(base: str, alias: str, collection: str) -> None:
     resp.raise_for_status()
 
 
-class VectorDegrade(Injector):
+class AliasData(RevertData):
+    """The alias a fault swaps, where it pointed, and the collection it made (if any)."""
+
+    base: str
+    alias: str
+    original: str
+    swap_to: str
+    created: bool
+
+
+class VectorDegrade(Injector[VectorDegradeParams, AliasData]):
     """Swap the searched collection for an empty or stale one; health checks stay green."""
 
     name = "vector_degrade"
     summary = "collection alias swapped to an empty or stale collection (recall drops)"
     Params = VectorDegradeParams
+    Data = AliasData
     component_types: ClassVar[frozenset[str] | None] = frozenset({QDRANT})
 
     def prepare(
-        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
+        self, ctx: FaultContext, target: Target, params: VectorDegradeParams, *, fault: str
     ) -> Revert:
-        assert isinstance(params, VectorDegradeParams)
         base = _base(target)
         try:
             original = alias_target(base, params.collection)
@@ -96,67 +106,70 @@ class VectorDegrade(Injector):
                 "through an alias so that it can be swapped (POST /collections/aliases)"
             )
         swap_to = params.stale_collection or f"{original}{EMPTY_SUFFIX}"
-        return Revert(
-            injector=self.name, fault=fault, target=target.name, action="restore_alias",
-            data={"base": base, "alias": params.collection, "original": original,
-                  "swap_to": swap_to, "created": params.mode == "empty"},
-        )  # fmt: skip
+        data = AliasData(
+            base=base,
+            alias=params.collection,
+            original=original,
+            swap_to=swap_to,
+            created=params.mode == "empty",
+        )
+        return self.record(target, fault=fault, action="restore_alias", data=data)
 
-    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
-        base, original = str(revert.data["base"]), str(revert.data["original"])
-        swap_to = str(revert.data["swap_to"])
+    def inject(
+        self, ctx: FaultContext, target: Target, params: VectorDegradeParams, revert: Revert
+    ) -> None:
+        d = self.data(revert)
+        base, original, swap_to = d.base, d.original, d.swap_to
         try:
-            if revert.data["created"]:
+            if d.created:
                 info = _req("GET", f"{base}/collections/{original}")
                 info.raise_for_status()
                 vectors = info.json()["result"]["config"]["params"]["vectors"]
                 made = _req("PUT", f"{base}/collections/{swap_to}", {"vectors": vectors})
                 if made.status_code not in (200, 409):
                     made.raise_for_status()
-            switch_alias(base, str(revert.data["alias"]), swap_to)
+            switch_alias(base, d.alias, swap_to)
         except (httpx.HTTPError, KeyError, ValueError) as exc:
             raise InjectionError(f"{target.name}: alias swap failed: {exc}") from exc
 
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
-        base, alias = str(revert.data["base"]), str(revert.data["alias"])
+        d = self.data(revert)
+        base, alias = d.base, d.alias
         try:
-            switch_alias(base, alias, str(revert.data["original"]))
-            if revert.data["created"]:
-                gone = _req("DELETE", f"{base}/collections/{revert.data['swap_to']}")
+            switch_alias(base, alias, d.original)
+            if d.created:
+                gone = _req("DELETE", f"{base}/collections/{d.swap_to}")
                 if gone.status_code not in (200, 404):
                     gone.raise_for_status()
         except httpx.HTTPError as exc:
             raise RevertError(f"{revert.target}: restoring alias {alias!r} failed: {exc}") from exc
 
 
-class VectorOutage(Injector):
+class EdgeData(RevertData):
+    """The proxy on the edge that a fault disables."""
+
+    proxy_api: str
+    proxy_name: str
+
+
+class VectorOutage(Injector[NoParams, EdgeData]):
     """The vector store unreachable: the proxy on the edge to it disabled."""
 
     name = "vector_outage"
     summary = "vector store unreachable (proxy on its edge disabled)"
     Params = NoParams
+    Data = EdgeData
     target_kinds: ClassVar[frozenset[TargetKind]] = frozenset({TargetKind.EDGE})
 
-    def prepare(
-        self, ctx: FaultContext, target: Target, params: BaseModel, *, fault: str
-    ) -> Revert:
+    def prepare(self, ctx: FaultContext, target: Target, params: NoParams, *, fault: str) -> Revert:
         if not (target.proxy_api and target.proxy_name):
             raise InjectionError(f"{target.name}: edge has no proxy_api/proxy_name")
-        return Revert(
-            injector=self.name,
-            fault=fault,
-            target=target.name,
-            action="enable_proxy",
-            data={"proxy_api": target.proxy_api, "proxy_name": target.proxy_name},
-        )
+        data = EdgeData(proxy_api=target.proxy_api, proxy_name=target.proxy_name)
+        return self.record(target, fault=fault, action="enable_proxy", data=data)
 
-    def inject(self, ctx: FaultContext, target: Target, params: BaseModel, revert: Revert) -> None:
+    def inject(self, ctx: FaultContext, target: Target, params: NoParams, revert: Revert) -> None:
         set_edge_enabled(target.proxy_api, target.proxy_name, enabled=False, target=target.name)
 
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
-        set_edge_enabled(
-            str(revert.data["proxy_api"]),
-            str(revert.data["proxy_name"]),
-            enabled=True,
-            target=revert.target,
-        )
+        d = self.data(revert)
+        set_edge_enabled(d.proxy_api, d.proxy_name, enabled=True, target=revert.target)

@@ -6,15 +6,16 @@ import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, JsonValue, ValidationError
 
-from faultday.checks.base import Check, check_registry
+from faultday.checks.base import AnyCheck, check_registry
 from faultday.core.plugins import Registry, did_you_mean
 from faultday.core.targets import TargetKind
 from faultday.core.yamlpos import Document, PathKey, parse_file, printable, validation_problems
 from faultday.errors import FaultdayError, Problem, ScenarioError
-from faultday.injectors.base import Injector, injector_registry
+from faultday.injectors.base import AnyInjector, injector_registry
 from faultday.scenario.models import MAX_CHECKS, MAX_FAULTS, MAX_PATH, CheckSpec, Fault, Scenario
 
 SUFFIX = ".scenario.yaml"
@@ -23,6 +24,7 @@ EDGE_ARROW = "->"
 # target name → its kind, used to check that an injector can act on it.
 TargetTable = dict[str, TargetKind]
 TargetResolver = Callable[[str], TargetTable]
+PluginT = TypeVar("PluginT")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +54,7 @@ def find_scenarios(paths: Iterable[Path]) -> list[Path]:
 
 
 @functools.cache
-def _registries() -> tuple[Registry[Injector], Registry[Check]]:
+def _registries() -> tuple[Registry[AnyInjector], Registry[AnyCheck]]:
     # Reading the entry points takes some 13 ms a registry: once a process, not once a file.
     return injector_registry(), check_registry()
 
@@ -199,7 +201,7 @@ class _Validator:
             f"{did_you_mean(str(target), components)}",
         )
 
-    def _plugin(self, reg: Registry[Injector] | Registry[Check], name: str, path: PathKey):  # type: ignore[no-untyped-def]
+    def _plugin(self, reg: Registry[PluginT], name: str, path: PathKey) -> PluginT | None:
         if name not in reg:
             self.add(path, f"unknown {reg.kind} {name!r}{did_you_mean(name, reg.names())}")
             return None
@@ -209,7 +211,9 @@ class _Validator:
             self.add(path, str(exc))
             return None
 
-    def _params(self, plugin: Injector | Check, raw: dict[str, JsonValue], path: PathKey) -> None:
+    def _params(
+        self, plugin: AnyInjector | AnyCheck, raw: dict[str, JsonValue], path: PathKey
+    ) -> None:
         try:
             plugin.parse(raw)
         except ValidationError as exc:
@@ -223,7 +227,7 @@ class _Validator:
                 self.problems.append(p)
 
     def _target(
-        self, fault: Fault, injector: Injector, targets: TargetTable, path: PathKey
+        self, fault: Fault, injector: AnyInjector, targets: TargetTable, path: PathKey
     ) -> None:
         kind = targets.get(fault.target)
         if kind is None:
@@ -315,6 +319,7 @@ def _unique(problems: list[Problem]) -> list[Problem]:
     return out
 
 
-def parse_params(plugin: Injector | Check, raw: dict[str, JsonValue]) -> BaseModel:
+def parse_params(plugin: AnyInjector | AnyCheck, raw: dict[str, JsonValue]) -> BaseModel:
     """Parse already-validated params (the loader checked them) for the engine."""
-    return plugin.parse(raw)
+    params: BaseModel = plugin.parse(raw)
+    return params
