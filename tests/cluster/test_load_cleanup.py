@@ -18,10 +18,10 @@ from faultday.cluster.cleanup import LOAD_CLEANUP, LoadObjectsCleanup, load_clea
 from faultday.cluster.guards import BlastRadius
 from faultday.cluster.load_jobs import RUN_LABEL, render_load_jobs
 from faultday.core.ledger import Ledger
+from faultday.core.loadconfig import LoadConfig, Shape, ShapeSpec, Workload
 from faultday.core.targets import Revert
 from faultday.engine.recover import recover_run
 from faultday.errors import RevertError
-from faultday.load.config import LoadConfig, Shape, ShapeSpec, Workload
 
 
 def _docs(run: str) -> list[dict[str, Any]]:

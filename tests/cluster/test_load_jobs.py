@@ -15,7 +15,7 @@ from faultday.cluster.client import KubernetesCluster
 from faultday.cluster.config import ClusterAccess
 from faultday.cluster.guards import BlastRadius, BlastRadiusError
 from faultday.cluster.load_jobs import apply_load_jobs, delete_load_jobs, render_load_jobs
-from faultday.load.config import LoadConfig, Shape, ShapeSpec, Workload
+from faultday.core.loadconfig import LoadConfig, Shape, ShapeSpec, Workload
 
 BASE = LoadConfig(
     workload=Workload.CHAT,

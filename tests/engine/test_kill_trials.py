@@ -25,7 +25,7 @@ import pytest
 from tests.conftest import FAULTDAY, ROOT, faultday, wait_for
 
 from faultday.core.ledger import LEDGER_NAME, Ledger
-from faultday.engine.marked import ledger_pids
+from faultday.core.marked import ledger_pids
 from faultday.stack import shm
 
 pytestmark = pytest.mark.slow

@@ -15,8 +15,8 @@ import pytest
 from tests.conftest import FAULTDAY, ROOT, faultday, processes_mentioning, wait_for
 
 from faultday.core.ledger import Ledger
+from faultday.core.marked import marked_pids
 from faultday.core.targets import Revert
-from faultday.engine.marked import marked_pids
 from faultday.engine.recover import find_ledgers, recover_run
 
 DATA = Path(__file__).parent / "data"

@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import FAULTDAY, ROOT, wait_for
 
 from faultday.core.ledger import Ledger
-from faultday.engine.marked import marked_pids
+from faultday.core.marked import marked_pids
 
 DATA = Path(__file__).parent / "data"
 SLOW_RESTART_S = 30.0

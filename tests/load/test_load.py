@@ -10,7 +10,7 @@ import httpx
 import psutil
 import pytest
 
-from faultday.load.config import HttpRequestSpec, Shape, ShapeSpec, users_at
+from faultday.core.loadconfig import HttpRequestSpec, Shape, ShapeSpec, users_at
 from faultday.load.participants import participants_for
 from faultday.load.runner import LoadOptions, LocustLoad
 from faultday.load.standalone import StandaloneRun

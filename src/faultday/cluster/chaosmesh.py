@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from faultday.cluster.config import MANAGED_BY_LABEL, PART_OF_LABEL
 from faultday.cluster.guards import BlastRadius
-from faultday.scenario.types import Duration
+from faultday.core.types import Duration
 
 API_VERSION = "chaos-mesh.org/v1alpha1"
 FAULT_ANNOTATION = "faultday.dev/fault"

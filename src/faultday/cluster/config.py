@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from faultday.core.types import Duration
 from faultday.core.yamlpos import parse_file, validation_problems
 from faultday.errors import ScenarioError, StackError
-from faultday.scenario.types import Duration
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

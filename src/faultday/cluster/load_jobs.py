@@ -35,10 +35,11 @@ from faultday.cluster.config import (
     LoadJobsConfig,
 )
 from faultday.core.ledger import Ledger
+from faultday.core.loadconfig import LoadConfig, Workload
 from faultday.core.targets import Revert
+from faultday.core.timebase import TimeBase
 from faultday.core.vocab import EventKind
 from faultday.errors import FaultdayError
-from faultday.load.config import LoadConfig, Workload
 from faultday.load.runner import (
     WORKERS_TIMEOUT,
     LoadError,
@@ -48,7 +49,6 @@ from faultday.load.runner import (
     split_cap,
 )
 from faultday.load.sink import EventSink, SinkStats
-from faultday.observe.timebase import TimeBase
 
 if TYPE_CHECKING:
     from faultday.cluster.kubernetes import KubernetesStack

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import bisect
+import math
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -75,3 +76,46 @@ class Observations:
                 for s in self.samples
                 if s.name == name and start <= s.t < end and want <= set(s.labels)
             ]
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile: the smallest observed value with at least p% at or below it.
+
+    Exact (no buckets, no interpolation): the result is always a latency that
+    some request really had.
+    """
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100.0 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def metric_values(records: Iterable[RequestRecord], metric: str) -> list[float]:
+    """The latency values one metric draws from a set of records (ITL: every gap)."""
+    if metric == "e2e":
+        return [r.duration for r in records]
+    if metric == "ttft":
+        return [r.ttft for r in records if r.ttft is not None]
+    if metric == "itl":
+        return [x for r in records for x in r.itl]
+    raise ValueError(f"unknown latency metric {metric!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Bin:
+    start: float
+    records: tuple[RequestRecord, ...]
+
+
+def bins(
+    records: Sequence[RequestRecord], *, interval: float, start: float, end: float
+) -> list[Bin]:
+    """Records grouped into [start + k·interval, …) bins; empty bins included."""
+    n = max(0, math.ceil((end - start) / interval - 1e-9))
+    groups: list[list[RequestRecord]] = [[] for _ in range(n)]
+    for r in records:
+        k = math.floor((r.t - start) / interval)
+        if 0 <= k < n:
+            groups[k].append(r)
+    return [Bin(round(start + k * interval, 6), tuple(g)) for k, g in enumerate(groups)]

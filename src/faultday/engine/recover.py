@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from faultday.core.ledger import LEDGER_NAME, RUN_TMP_DIR, Ledger, cleanup_registry
+from faultday.core.marked import ledger_pids
 from faultday.core.protocols import StackDriver
 from faultday.core.targets import Target
-from faultday.engine.marked import ledger_pids
 from faultday.errors import FaultdayError
 from faultday.injectors.base import injector_registry
 

@@ -23,7 +23,7 @@ from gevent.lock import Semaphore  # type: ignore[import-untyped]
 from locust import FastHttpUser, LoadTestShape, constant, events, task
 from locust.exception import StopUser
 
-from faultday.load.config import ENV_VAR, LoadConfig, Shape, Workload, users_at
+from faultday.core.loadconfig import ENV_VAR, LoadConfig, Shape, Workload, users_at
 
 log = logging.getLogger("faultday.load.locustfile")
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from faultday.core.loadconfig import HttpRequestSpec, Workload
 from faultday.core.protocols import LoadHost, Participant, RunView
-from faultday.load.config import HttpRequestSpec, Workload
 from faultday.load.runner import LoadError, LoadOptions, LocustLoad
 from faultday.load.sink import SinkStats
 from faultday.observe.scrape import MetricsScraper

@@ -16,10 +16,7 @@ from pathlib import Path
 import psutil
 
 from faultday.core.ledger import RUN_TMP_DIR, ProcessRecord
-from faultday.core.vocab import EventKind
-from faultday.engine.participants import RunView
-from faultday.errors import FaultdayError
-from faultday.load.config import (
+from faultday.core.loadconfig import (
     ENV_VAR,
     HttpRequestSpec,
     LoadConfig,
@@ -27,8 +24,11 @@ from faultday.load.config import (
     ShapeSpec,
     Workload,
 )
+from faultday.core.timebase import TimeBase
+from faultday.core.vocab import EventKind
+from faultday.engine.participants import RunView
+from faultday.errors import FaultdayError
 from faultday.load.sink import EventSink, SinkStats
-from faultday.observe.timebase import TimeBase
 from faultday.scenario.models import LoadSpec
 
 log = logging.getLogger(__name__)

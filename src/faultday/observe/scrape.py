@@ -11,9 +11,9 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from faultday.core.records import Sample
+from faultday.core.timebase import TimeBase
 from faultday.core.vocab import EventKind
 from faultday.engine.participants import RunView
-from faultday.observe.timebase import TimeBase
 
 log = logging.getLogger(__name__)
 

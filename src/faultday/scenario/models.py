@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
 
-from faultday.scenario.types import Bool, Duration, Int, Number, duration_at_least, whole
+from faultday.core.types import Bool, Duration, Int, Number, duration_at_least, whole
 
 API_VERSION = "faultday/v1"
 # (?!\n): Python's "$" also matches before a final newline, ECMA's (editors) does not.

@@ -27,9 +27,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from faultday.core.plugins import did_you_mean
+from faultday.core.types import Duration
 from faultday.core.yamlpos import Document, PathKey, parse_file, validation_problems
 from faultday.errors import Problem, ScenarioError
-from faultday.scenario.types import Duration
 from faultday.stack.components import COMPONENT_TYPES, ComponentType, ProbeKind
 
 API_VERSION = "faultday/v1"

@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 
 from faultday.core.ledger import Ledger, ProcessRecord
-from faultday.engine.marked import ledger_pids
+from faultday.core.marked import ledger_pids
 from faultday.errors import StackError
 from faultday.stack import shm
 from faultday.stack.components import ProbeKind
