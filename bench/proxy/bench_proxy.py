@@ -59,6 +59,10 @@ TARGETS = {
     "http_latency_rps": (">=", 5000.0),
     "stream_drip_eps": (">=", 50000.0),
     "tp_bw_down_mbps_of_none": (">=", 0.8),
+    "tp_slicer_echo_rps_of_none": (">=", 0.8),
+    "tp_slicer_down_mbps_of_none": (">=", 0.8),
+    "tp_limit_echo_rps_of_none": (">=", 0.8),
+    "tp_limit_down_mbps_of_none": (">=", 0.8),
 }
 
 
@@ -520,7 +524,19 @@ TOXIC_CASES: tuple[tuple[str, dict[str, object] | None], ...] = (
     ("none", None),
     ("bw", {"name": "tp", "type": "bandwidth", "attributes": {"rate": 100_000_000}}),
     ("lat5", {"name": "tp", "type": "latency", "attributes": {"latency": 5}}),
+    # Pass-through slicer and limit_data: pieces bigger than any read (Toxiproxy reads
+    # 32 KiB, faultday's relay up to 1 MiB), and a limit no run reaches.
+    (
+        "slicer",
+        {
+            "name": "tp",
+            "type": "slicer",
+            "attributes": {"average_size": 1 << 20, "size_variation": 0, "delay": 0},
+        },
+    ),
+    ("limit", {"name": "tp", "type": "limit_data", "attributes": {"bytes": 1 << 50}}),
 )
+PASS_THROUGH = ("bw", "slicer", "limit")
 BULK_CAP_S = 20.0  # a bulk download slower than 256 MiB in this long is measured over it
 
 
@@ -634,8 +650,9 @@ def _measure_toxic_path(api: Api, echo_p: int, source_p: int, quick: bool) -> di
         res[f"tp_{case}_echo_rps"] = statistics.mean(echo[case])
         # Best of two, as the bulk rows: one slow transfer is the machine, not the proxy.
         res[f"tp_{case}_down_mbps"] = max(down[case])
-    for what in ("echo_rps", "down_mbps"):
-        res[f"tp_bw_{what}_of_none"] = res[f"tp_bw_{what}"] / res[f"tp_none_{what}"]
+    for case in PASS_THROUGH:
+        for what in ("echo_rps", "down_mbps"):
+            res[f"tp_{case}_{what}_of_none"] = res[f"tp_{case}_{what}"] / res[f"tp_none_{what}"]
     return res
 
 
@@ -747,6 +764,30 @@ ROWS = [
         "tp_bw_echo_rps_of_none",
     ),
     (
+        "toxic path, slicer 1 MiB pieces (pass-through): echo (msgs/s) / download (MB/s)",
+        "tp_slicer_echo_rps",
+        "tp_slicer_down_mbps",
+        None,
+    ),
+    (
+        "slicer pass-through / no toxic, echo / download, target ≥ 0.8",
+        "tp_slicer_echo_rps_of_none",
+        "tp_slicer_down_mbps_of_none",
+        "tp_slicer_echo_rps_of_none",
+    ),
+    (
+        "toxic path, limit_data 2^50 bytes (pass-through): echo (msgs/s) / download (MB/s)",
+        "tp_limit_echo_rps",
+        "tp_limit_down_mbps",
+        None,
+    ),
+    (
+        "limit_data pass-through / no toxic, echo / download, target ≥ 0.8",
+        "tp_limit_echo_rps_of_none",
+        "tp_limit_down_mbps_of_none",
+        "tp_limit_echo_rps_of_none",
+    ),
+    (
         "toxic path, latency 5 ms: echo (msgs/s) / download (MB/s)",
         "tp_lat5_echo_rps",
         "tp_lat5_down_mbps",
@@ -781,7 +822,7 @@ def table(results: dict[str, dict[str, float]]) -> str:
             cell = f"{r[a]:.3g}" if b is None else f"{r[a]:.3g} / {r[b]:.3g}"
             if target is not None:
                 checks = [verdict(target, r[target])]
-                if target == "tp_bw_echo_rps_of_none":
+                if target.endswith("_echo_rps_of_none"):
                     checks.append(verdict(b, r[b]) if b else "pass")
                 if target.endswith("_p99_ms") and target.startswith("lat"):
                     checks.append(
