@@ -23,11 +23,11 @@ from pathlib import Path
 
 import httpx
 
+from faultday.core.scenario import Scenario
 from faultday.load.runner import LocustLoad
 from faultday.load.standalone import StandaloneRun
 from faultday.observe.scrape import MetricsScraper
 from faultday.observe.series import TimeSeriesWriter, derived
-from faultday.scenario.models import Scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -26,8 +26,8 @@ import httpx
 import psutil
 
 from faultday.core.ledger import Ledger
+from faultday.core.profile import load_profile
 from faultday.stack import shm
-from faultday.stack.profile import load_profile
 from faultday.stack.stack import RUN_MARKER, Stack
 from faultday.stack.supervisor import group_pids
 

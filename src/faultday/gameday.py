@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from faultday.core.journal import Journal
+from faultday.core.profile import load_profile
 from faultday.engine.runner import Status
 from faultday.errors import ScenarioError, UsageError
 from faultday.report.gameday import (
@@ -34,7 +35,6 @@ from faultday.session import (
     run_scenario,
     target_resolver,
 )
-from faultday.stack.profile import load_profile
 
 log = logging.getLogger(__name__)
 

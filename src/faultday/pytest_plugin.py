@@ -206,7 +206,7 @@ def faultday_stack(
     for the last few sessions and then removes: nothing piles up in /tmp.
     """
     from faultday.core.ledger import Ledger
-    from faultday.stack.profile import load_profile
+    from faultday.core.profile import load_profile
     from faultday.stack.stack import Stack
 
     base = pytestconfig.invocation_params.dir

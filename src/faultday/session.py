@@ -36,15 +36,15 @@ from typing import Protocol
 from faultday.core.journal import Journal, RunVerdict
 from faultday.core.ledger import Ledger
 from faultday.core.plugins import DRIVERS, Registry, did_you_mean
+from faultday.core.profile import EDGE_SEP, load_profile
 from faultday.core.protocols import StackDriver
+from faultday.core.scenario import Scenario
 from faultday.core.targets import TargetKind
 from faultday.engine.runner import Run, RunOptions, Status
 from faultday.engine.stacks import build_stack, default_stack_factory
 from faultday.errors import UsageError
 from faultday.report.render import render_all
 from faultday.scenario.loader import LoadedScenario, TargetResolver, stack_ref
-from faultday.scenario.models import Scenario
-from faultday.stack.profile import EDGE_SEP, load_profile
 
 log = logging.getLogger(__name__)
 

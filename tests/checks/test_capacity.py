@@ -13,10 +13,10 @@ from faultday.checks.capacity import StepSpan, step_spans
 from faultday.core.clock import Clock
 from faultday.core.loadconfig import Shape, ShapeSpec
 from faultday.core.records import Observations, RequestRecord
+from faultday.core.scenario import Scenario
 from faultday.core.targets import Target
 from faultday.core.windows import CheckResult, Verdict, Window, WindowKind
 from faultday.engine.plan import Plan, make_plan
-from faultday.scenario.models import Scenario
 
 RUN = Window(WindowKind.RUN, "whole run", 0.0, 120.0)
 

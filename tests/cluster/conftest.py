@@ -16,9 +16,9 @@ from kube_standin import KubeStandIn
 from faultday.cluster.config import ClusterAccess, KubernetesConfig
 from faultday.cluster.kubernetes import KubernetesStack
 from faultday.core.ledger import Ledger
+from faultday.core.profile import StackProfile, load_profile
 from faultday.core.targets import Revert, Target
 from faultday.injectors.base import Injector
-from faultday.stack.profile import StackProfile, load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "gameday"

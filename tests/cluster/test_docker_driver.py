@@ -14,9 +14,9 @@ from docker_standin import DockerStandIn
 
 from faultday.cluster.docker import DockerConfig, DockerStack
 from faultday.core.ledger import Ledger
+from faultday.core.profile import StackProfile
 from faultday.core.targets import TargetKind
 from faultday.errors import StackError
-from faultday.stack.profile import StackProfile
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ from faultday.cluster.config import DeployMode, EndpointMode
 from faultday.cluster.guards import BlastRadiusError
 from faultday.cluster.kubernetes import KubernetesStack
 from faultday.core.ledger import Ledger
+from faultday.core.profile import StackProfile
 from faultday.core.targets import TargetKind
 from faultday.errors import StackError
-from faultday.stack.profile import StackProfile
 
 DEPLOYS = ["redis", "triton", "qdrant", "llm-primary", "llm-backup", "llm-canary", "tools", "agent"]
 

@@ -35,6 +35,7 @@ from faultday.cluster.load_jobs import (
 from faultday.core.journal import Journal, RunVerdict
 from faultday.core.ledger import Ledger
 from faultday.core.loadconfig import LoadConfig, Shape, ShapeSpec, Workload
+from faultday.core.profile import load_profile
 from faultday.engine.recover import find_ledgers
 from faultday.engine.runner import Run, RunOptions
 from faultday.engine.stacks import default_stack_factory
@@ -44,7 +45,6 @@ from faultday.load.runner import LoadOptions
 from faultday.load.sink import EventSink
 from faultday.observe.scrape import MetricsScraper
 from faultday.scenario.loader import load_scenario
-from faultday.stack.profile import load_profile
 
 OKSERVER = REPO / "tests" / "load" / "data" / "okserver.py"
 

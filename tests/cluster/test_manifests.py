@@ -20,7 +20,7 @@ from faultday.cluster.chaosmesh import ChaosKind, ChaosMeshParams, build, go_dur
 from faultday.cluster.guards import BlastRadius, BlastRadiusError
 from faultday.cluster.kubernetes import place, rendered_manifests
 from faultday.cluster.rbac import render_rbac
-from faultday.stack.profile import StackProfile
+from faultday.core.profile import StackProfile
 
 K8S_VERSION = "1.30.0"
 SCHEMAS = Path(__file__).parent / "schemas"

@@ -25,8 +25,8 @@ from kube_standin import KubeStandIn
 from conftest import Ctx, engine_inject, k8s_config
 from faultday.cluster.kubernetes import KubernetesStack
 from faultday.core.ledger import Ledger
+from faultday.core.profile import StackProfile
 from faultday.injectors.base import injector_registry
-from faultday.stack.profile import StackProfile
 
 
 def _free_port() -> int:

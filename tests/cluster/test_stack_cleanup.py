@@ -30,11 +30,11 @@ from faultday.cluster.docker import DockerConfig, DockerStack
 from faultday.cluster.kubernetes import KubernetesStack
 from faultday.core.journal import RunVerdict
 from faultday.core.ledger import Ledger
+from faultday.core.profile import StackProfile
 from faultday.engine.recover import find_ledgers
 from faultday.engine.runner import Run, RunOptions
 from faultday.engine.stacks import default_stack_factory
 from faultday.scenario.loader import load_scenario
-from faultday.stack.profile import StackProfile
 
 KINDS = {"deployments": "Deployment", "services": "Service", "configmaps": "ConfigMap"}
 

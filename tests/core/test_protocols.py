@@ -13,10 +13,10 @@ from faultday.cluster.config import ClusterAccess, KubernetesConfig
 from faultday.cluster.docker import DockerConfig, DockerStack
 from faultday.cluster.kubernetes import KubernetesStack
 from faultday.core.ledger import Ledger
+from faultday.core.profile import StackProfile, load_profile
 from faultday.core.protocols import Interruptible, LoadHost, StackDriver
+from faultday.core.scenario import LoadSpec
 from faultday.load.runner import LoadOptions
-from faultday.scenario.models import LoadSpec
-from faultday.stack.profile import StackProfile, load_profile
 from faultday.stack.stack import Stack
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,12 +11,12 @@ import psutil
 import pytest
 
 from faultday.core.loadconfig import HttpRequestSpec, Shape, ShapeSpec, users_at
+from faultday.core.scenario import Scenario
 from faultday.load.participants import participants_for
 from faultday.load.runner import LoadOptions, LocustLoad
 from faultday.load.standalone import StandaloneRun
 from faultday.observe.scrape import MetricsScraper
 from faultday.observe.series import TimeSeriesWriter, derived
-from faultday.scenario.models import Scenario
 
 
 def scenario(duration: str, warmup: str = "1s", **load: object) -> Scenario:

@@ -20,8 +20,8 @@ from tests.real.realstack import ROOT
 from tests.stack.conftest import marked_processes
 
 from faultday.core.ledger import Ledger
+from faultday.core.profile import RestartPolicy, load_profile
 from faultday.injectors.gpu import find_engine_core
-from faultday.stack.profile import RestartPolicy, load_profile
 from faultday.stack.stack import Stack
 from faultday.stack.supervisor import ProcState
 

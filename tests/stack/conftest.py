@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from faultday.core.ledger import Ledger
-from faultday.stack.profile import StackProfile, load_profile
+from faultday.core.profile import StackProfile, load_profile
 from faultday.stack.stack import RUN_MARKER, Stack
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import httpx
 from tests.stack.conftest import REPO, marked_processes
 
+from faultday.core.profile import load_profile
 from faultday.core.targets import TargetKind
-from faultday.stack.profile import load_profile
 from faultday.stack.stack import Stack
 
 MakeStack = Callable[..., Stack]

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from tests.stack.conftest import REPO, write_profile
 
+from faultday.core.profile import PACKAGED_PROFILES, load_profile
 from faultday.errors import ScenarioError
-from faultday.stack.profile import PACKAGED_PROFILES, load_profile
 
 
 def test_local_profile_loads_by_name_with_the_expected_targets() -> None:

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from tests.stack.conftest import REPO
 
+from faultday.core.profile import load_profile
 from faultday.errors import UsageError
-from faultday.stack.profile import load_profile
 from faultday.stack.render import render_profile
 
 K8S_VERSION = "1.30.0"

@@ -17,9 +17,9 @@ import pytest
 from tests.stack.conftest import REPO, marked_processes
 
 from faultday.core.ledger import Ledger, ProcessRecord
+from faultday.core.profile import load_profile
 from faultday.engine.recover import recover_run
 from faultday.stack import shm
-from faultday.stack.profile import load_profile
 from faultday.stack.stack import Stack
 from faultday.stack.supervisor import group_pids, stop_recorded_processes
 
@@ -162,7 +162,7 @@ os._exit(1)
 
 
 def test_a_component_that_dies_by_itself_leaves_no_queue_or_semaphore(tmp_path: Path) -> None:
-    from faultday.stack.profile import ProbeSpec, RestartSpec
+    from faultday.core.profile import ProbeSpec, RestartSpec
     from faultday.stack.supervisor import Launch, Supervisor, free_port
 
     port, go = free_port(), tmp_path / "die-now"

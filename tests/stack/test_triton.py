@@ -12,7 +12,7 @@ import tritonclient.http as tc
 from tests.stack.conftest import REPO, marked_processes
 
 from faultday.core.ledger import Ledger
-from faultday.stack.profile import load_profile
+from faultday.core.profile import load_profile
 from faultday.stack.stack import Stack
 from faultday_refstack.embedder.hashing import embed
 

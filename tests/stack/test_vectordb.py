@@ -15,7 +15,7 @@ from qdrant_client.http.exceptions import UnexpectedResponse
 from tests.stack.conftest import REPO, marked_processes
 
 from faultday.core.ledger import Ledger
-from faultday.stack.profile import load_profile
+from faultday.core.profile import load_profile
 from faultday.stack.stack import Stack
 from faultday_refstack.embedder.hashing import embed_one
 from faultday_refstack.vectordb.seed import load_corpus, load_golden

@@ -26,7 +26,7 @@ from qdrant_client.http import models as qm
 from tests.stack.conftest import REPO, marked_processes
 
 from faultday.core.ledger import Ledger
-from faultday.stack.profile import load_profile
+from faultday.core.profile import load_profile
 from faultday.stack.stack import Stack
 from faultday_refstack.vectordb.seed import MODES
 

@@ -15,8 +15,8 @@ from tests.stack.conftest import REPO, marked_processes
 from tests.webguard_http import ATTACKS, IDS, Attack, assert_refused, attacks_for
 
 from faultday.core.ledger import Ledger
+from faultday.core.profile import load_profile
 from faultday.core.targets import Target, TargetKind
-from faultday.stack.profile import load_profile
 from faultday.stack.stack import Stack
 from faultday_refstack.vectordb.seed import MODES
 

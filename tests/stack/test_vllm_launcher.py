@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from faultday.core.components import component_type
+from faultday.core.profile import RestartPolicy, load_profile
 from faultday.errors import StackError
-from faultday.stack.components import component_type
-from faultday.stack.profile import RestartPolicy, load_profile
 from faultday.stack.vllm_launcher import VLLM_MODULE, ensure_tiny_model, vllm_python
 
 REPO = Path(__file__).resolve().parents[2]

@@ -47,7 +47,7 @@ def _stack(profile: str, config: Path | None, namespace: str | None):  # type: i
     from faultday.cluster.config import KubernetesConfig, config_with, load_config
     from faultday.cluster.kubernetes import KubernetesStack
     from faultday.core.ledger import Ledger
-    from faultday.stack.profile import load_profile
+    from faultday.core.profile import load_profile
 
     p = load_profile(profile, base_dir=Path.cwd())
     cfg = load_config(config) if config else KubernetesConfig()

@@ -36,9 +36,9 @@ from faultday.cluster.config import (
 )
 from faultday.core.ledger import Ledger
 from faultday.core.plugins import did_you_mean
+from faultday.core.profile import StackProfile
 from faultday.core.targets import Revert, Target, TargetKind
 from faultday.errors import StackError
-from faultday.stack.profile import StackProfile
 from faultday.stack.stack import ComponentInfo, EdgeInfo, StackInfo
 
 log = logging.getLogger(__name__)

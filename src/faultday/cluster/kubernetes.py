@@ -45,16 +45,16 @@ from faultday.cluster.config import (
 from faultday.cluster.guards import BlastRadius
 from faultday.core.ledger import Ledger, ProcessRecord
 from faultday.core.plugins import did_you_mean
+from faultday.core.profile import StackProfile
 from faultday.core.targets import Revert, Target, TargetKind
 from faultday.errors import StackError
-from faultday.stack.profile import StackProfile
 from faultday.stack.stack import ComponentInfo, EdgeInfo, StackInfo
 
 if TYPE_CHECKING:
     from faultday.cluster.load_jobs import KubernetesLoad
+    from faultday.core.scenario import LoadSpec
+    from faultday.core.scenario import Scenario as ScenarioModel
     from faultday.load.runner import LoadOptions
-    from faultday.scenario.models import LoadSpec
-    from faultday.scenario.models import Scenario as ScenarioModel
 
 log = logging.getLogger(__name__)
 

@@ -52,8 +52,8 @@ from faultday.load.sink import EventSink, SinkStats
 
 if TYPE_CHECKING:
     from faultday.cluster.kubernetes import KubernetesStack
+    from faultday.core.scenario import LoadSpec
     from faultday.engine.participants import RunView
-    from faultday.scenario.models import LoadSpec
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from faultday.cluster.client import ClusterError, KubernetesCluster
 from faultday.cluster.config import LoadPlacement
 from faultday.cluster.kubernetes import KubernetesStack, Touch
 from faultday.cluster.load_jobs import advertised_sink, load_objects
-from faultday.scenario.models import Fault, Scenario
+from faultday.core.scenario import Fault, Scenario
 
 K8S_INJECTORS = frozenset({"pod_delete", "node_gpu_loss", "chaos_mesh"})
 

@@ -6,8 +6,8 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
+from faultday.core.scenario import Scenario
 from faultday.engine.runner import Status
-from faultday.scenario.models import Scenario
 
 
 class StatusView:

@@ -90,7 +90,7 @@ def render_plan(
 
 def _components(stack: str, base_dir: Path) -> list[str]:
     try:
-        from faultday.stack.profile import load_profile
+        from faultday.core.profile import load_profile
     except ImportError:
         return []
     profile = load_profile(stack, base_dir=base_dir)

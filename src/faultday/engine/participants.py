@@ -8,7 +8,7 @@ scrapers, trace and audit collectors).
 from __future__ import annotations
 
 from faultday.core.protocols import Participant, RunView
-from faultday.scenario.models import Scenario
+from faultday.core.scenario import Scenario
 
 __all__ = ["Participant", "RunView", "default_participants"]
 

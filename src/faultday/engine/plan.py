@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from faultday.core.scenario import CheckSpec, Scenario
 from faultday.core.vocab import Phase, Section
 from faultday.core.windows import Window, WindowKind
-from faultday.scenario.models import CheckSpec, Scenario
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from faultday.core.journal import (
 from faultday.core.ledger import Ledger
 from faultday.core.protocols import Interruptible, StackDriver
 from faultday.core.records import Observations
+from faultday.core.scenario import CheckSpec, Fault, Scenario
 from faultday.core.targets import Revert, Target
 from faultday.core.vocab import EventKind, Phase, Section
 from faultday.core.windows import CheckResult, Verdict, Window, WindowKind
@@ -36,7 +37,6 @@ from faultday.engine.plan import Plan, make_plan
 from faultday.errors import FaultdayError, InjectionError, StackError
 from faultday.injectors.base import AnyInjector, injector_registry
 from faultday.scenario.loader import LoadedScenario
-from faultday.scenario.models import CheckSpec, Fault, Scenario
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ def build_stack(
 ) -> StackDriver:
     """A stack for the profile ``stack`` names, run by ``driver``; not started yet."""
     try:
-        from faultday.stack.profile import load_profile
+        from faultday.core.profile import load_profile
     except ImportError as exc:
         raise StackError(f"the stack driver is not installed: {exc}") from exc
     drivers: Registry[object] = Registry(DRIVERS, "driver")

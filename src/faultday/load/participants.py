@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from faultday.core.loadconfig import HttpRequestSpec, Workload
 from faultday.core.protocols import LoadHost, Participant, RunView
+from faultday.core.scenario import LoadSpec, Scenario
 from faultday.load.runner import LoadError, LoadOptions, LocustLoad
 from faultday.load.sink import SinkStats
 from faultday.observe.scrape import MetricsScraper
 from faultday.observe.series import TimeSeriesWriter
-from faultday.scenario.models import LoadSpec, Scenario
 
 # A stack driver that runs this load itself (the kubernetes driver: Locust as Jobs).
 ScenarioLoadHost = LoadHost[LoadSpec, LoadOptions]

@@ -10,9 +10,9 @@ from pathlib import Path
 from faultday.core.clock import Clock
 from faultday.core.ledger import Ledger
 from faultday.core.records import Observations
+from faultday.core.scenario import Scenario
 from faultday.core.targets import Target
 from faultday.errors import StackError
-from faultday.scenario.models import Scenario
 
 log = logging.getLogger(__name__)
 

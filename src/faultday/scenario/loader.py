@@ -12,11 +12,11 @@ from pydantic import BaseModel, JsonValue, ValidationError
 
 from faultday.checks.base import AnyCheck, check_registry
 from faultday.core.plugins import Registry, did_you_mean
+from faultday.core.scenario import MAX_CHECKS, MAX_FAULTS, MAX_PATH, CheckSpec, Fault, Scenario
 from faultday.core.targets import TargetKind
 from faultday.core.yamlpos import Document, PathKey, parse_file, printable, validation_problems
 from faultday.errors import FaultdayError, Problem, ScenarioError
 from faultday.injectors.base import AnyInjector, injector_registry
-from faultday.scenario.models import MAX_CHECKS, MAX_FAULTS, MAX_PATH, CheckSpec, Fault, Scenario
 
 SUFFIX = ".scenario.yaml"
 EDGE_ARROW = "->"

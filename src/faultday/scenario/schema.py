@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from faultday.core.durations import format_duration
-from faultday.scenario.models import Scenario
+from faultday.core.scenario import Scenario
 
 SCHEMA_ID = "https://faultday.dev/schema/scenario.schema.json"
 

@@ -20,10 +20,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from faultday.core.components import ProbeKind
 from faultday.core.ledger import Ledger
+from faultday.core.profile import StackProfile, load_profile
 from faultday.errors import FaultdayError, ScenarioError, StackError
-from faultday.stack.components import ProbeKind
-from faultday.stack.profile import StackProfile, load_profile
 from faultday.stack.stack import Stack as ProcessStack
 from faultday.stack.stack import StackInfo
 from faultday.stack.supervisor import HOST, probe_once, tail

@@ -23,13 +23,13 @@ from pathlib import Path
 
 import httpx
 
+from faultday.core.components import ProbeKind
 from faultday.core.ledger import RUN_TMP_DIR, Ledger
 from faultday.core.plugins import did_you_mean
+from faultday.core.profile import TEMPLATE_RE, Edge, StackProfile
 from faultday.core.stackinfo import ComponentInfo, EdgeInfo, StackInfo
 from faultday.core.targets import Target, TargetKind
 from faultday.errors import StackError
-from faultday.stack.components import ProbeKind
-from faultday.stack.profile import TEMPLATE_RE, Edge, StackProfile
 from faultday.stack.supervisor import (
     HOST,
     Launch,

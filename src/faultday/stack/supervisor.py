@@ -25,12 +25,12 @@ from pathlib import Path
 
 import psutil
 
+from faultday.core.components import ProbeKind
 from faultday.core.ledger import Ledger, ProcessRecord
 from faultday.core.marked import ledger_pids
+from faultday.core.profile import ProbeSpec, RestartPolicy, RestartSpec
 from faultday.errors import StackError
 from faultday.stack import shm
-from faultday.stack.components import ProbeKind
-from faultday.stack.profile import ProbeSpec, RestartPolicy, RestartSpec
 from faultday.stack.tmpdirs import held_tmp_dirs, left_near, remove_tmp_dirs, triton_starts
 
 log = logging.getLogger(__name__)

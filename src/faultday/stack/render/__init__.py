@@ -20,9 +20,9 @@ from typing import Any
 
 import yaml
 
+from faultday.core.components import ProbeKind
+from faultday.core.profile import StackProfile
 from faultday.errors import UsageError
-from faultday.stack.components import ProbeKind
-from faultday.stack.profile import StackProfile
 from faultday.stack.render.embedder_model import CONFIG_PBTXT, MODEL_PY
 from faultday_wire.webguard import ALLOWED_HOSTS_ENV
 
@@ -121,7 +121,7 @@ class _Ctx:
         return argv
 
     def _render_arg(self, c: str, text: str, *, k8s: bool) -> str:
-        from faultday.stack.profile import TEMPLATE_RE
+        from faultday.core.profile import TEMPLATE_RE
 
         def sub(m: Any) -> str:  # noqa: PLR0911 - one branch per template key
             key, arg = m.group(1), m.group(2)

@@ -26,11 +26,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
+from faultday.core.components import COMPONENT_TYPES, ComponentType, ProbeKind
 from faultday.core.plugins import did_you_mean
 from faultday.core.types import Duration
 from faultday.core.yamlpos import Document, PathKey, parse_file, validation_problems
 from faultday.errors import Problem, ScenarioError
-from faultday.stack.components import COMPONENT_TYPES, ComponentType, ProbeKind
 
 API_VERSION = "faultday/v1"
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
