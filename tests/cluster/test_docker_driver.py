@@ -30,7 +30,9 @@ def engine() -> Iterator[DockerStandIn]:
 
 @pytest.fixture
 def dstack(engine: DockerStandIn, profile: StackProfile, tmp_path: Path) -> DockerStack:
-    cfg = DockerConfig(base_url=engine.url, timeout=5, ready_timeout=5)
+    # The stand-in plays the official images (pulls, Toxiproxy); faultday's own image
+    # runs on the real engine in tests/docker.
+    cfg = DockerConfig(base_url=engine.url, timeout=5, ready_timeout=5, images="official")
     return DockerStack(profile, run_dir=tmp_path, ledger=Ledger.in_dir(tmp_path), config=cfg)
 
 
@@ -69,7 +71,7 @@ def test_up_pulls_creates_and_starts_in_dependency_order(
     edge = dstack.target("agent->qdrant")
     assert edge.kind == TargetKind.EDGE and edge.proxy_name == "agent_to_qdrant"
     assert edge.proxy_api == eps["proxy"] and edge.upstream == "qdrant:6333"
-    assert {c.health for c in dstack.describe().components} == {"healthy", "running"}
+    assert {c.health for c in dstack.describe().components} == {"ready", "running"}
 
     n = len(engine.calls())
     dstack.pause("tools")

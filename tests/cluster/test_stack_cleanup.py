@@ -291,6 +291,13 @@ def _running(engine: DockerStandIn) -> int:
         return sum(1 for c in engine.containers.values() if c["State"].get("Running"))
 
 
+def _official_images(tmp_path: Path) -> Path:
+    """The stand-in plays the official images; faultday's own runs in tests/docker."""
+    f = tmp_path / "docker-target.yaml"
+    f.write_text("apiVersion: faultday/v1\nkind: DockerTarget\nspec: {images: official}\n")
+    return f
+
+
 def _docker_services(profile: StackProfile, tmp_path: Path) -> list[str]:
     return DockerStack(profile, run_dir=tmp_path, ledger=Ledger.in_dir(tmp_path)).start_order()
 
@@ -309,6 +316,8 @@ def test_docker_recover_after_sigkill_removes_containers_and_network(
             str(_scenario(tmp_path, duration="120s")),
             "--driver",
             "docker",
+            "--driver-config",
+            str(_official_images(tmp_path)),
             "--report-dir",
             str(report),
         ],
@@ -369,7 +378,13 @@ def test_docker_a_normal_run_records_before_the_network_and_leaves_nothing_outst
     monkeypatch.setattr(engine, "handle", look)
     run = Run(
         load_scenario(_scenario(tmp_path, duration="1s")),
-        RunOptions(base_dir=REPO, run_dir=run_dir, participants=[], driver="docker"),
+        RunOptions(
+            base_dir=REPO,
+            run_dir=run_dir,
+            participants=[],
+            driver="docker",
+            driver_config=_official_images(tmp_path),
+        ),
     )
     journal = run.execute(default_stack_factory)
     assert journal.verdict == RunVerdict.PASSED, (journal.reason, journal.errors)
@@ -385,7 +400,9 @@ def test_docker_recover_refuses_a_foreign_container_of_the_same_name(
     """No Docker engine can run here; Engine API stand-in. After a crash, the redis
     container's name belongs to an unlabelled container: it is refused, every other
     container and the network are removed, the record stays outstanding."""
-    cfg = DockerConfig(base_url=engine.url, timeout=5, ready_timeout=5)
+    # The stand-in plays the official images (pulls, Toxiproxy); faultday's own image
+    # runs on the real engine in tests/docker.
+    cfg = DockerConfig(base_url=engine.url, timeout=5, ready_timeout=5, images="official")
     stack = DockerStack(profile, run_dir=tmp_path, ledger=Ledger.in_dir(tmp_path), config=cfg)
     stack.up()  # the harness dies after this: no down()
     with engine.lock:

@@ -1,11 +1,13 @@
 """The Docker driver: a stack profile as containers on a private network (docker SDK).
 
-It runs what ``faultday stack render --driver docker`` writes (compose.yaml,
-toxiproxy.json, the Triton model repository) — the official images, one
-Toxiproxy container carrying every edge — without needing the compose plugin:
-each service becomes one container named ``faultday-<profile>-<service>``,
-labelled ``app.kubernetes.io/part-of=faultday-<profile>``, reachable by its
-service name on the network and published on 127.0.0.1 for the harness.
+It runs a compose rendering without needing the compose plugin: each service
+becomes one container named ``faultday-<profile>-<service>``, labelled
+``app.kubernetes.io/part-of=faultday-<profile>``, reachable by its service name
+on the network and published on 127.0.0.1 for the harness. Two renderings:
+``images: faultday`` (the default; ``faultday.cluster.compose``) runs every
+component from faultday's own image (``make images``) with the process driver's
+command lines; ``images: official`` runs what ``faultday stack render --driver
+docker`` writes for a GPU host (vLLM, Triton, Qdrant, Toxiproxy images).
 
 Before the network is created, ``up`` writes a ``docker_stack`` cleanup record
 (the engine's address, the names, and the ``faultday.dev/stack-run`` label every
@@ -21,12 +23,13 @@ import secrets
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from faultday.cluster.cleanup import docker_cleanup_record
+from faultday.cluster.compose import faultday_image, main_port, render_compose
 from faultday.cluster.config import (
     NAME_LABEL,
     PART_OF_LABEL,
@@ -38,7 +41,8 @@ from faultday.core.ledger import Ledger
 from faultday.core.plugins import did_you_mean
 from faultday.core.profile import StackProfile
 from faultday.core.targets import Revert, Target, TargetKind
-from faultday.errors import StackError
+from faultday.core.yamlpos import parse_file, validation_problems
+from faultday.errors import ScenarioError, StackError
 from faultday.stack.stack import ComponentInfo, EdgeInfo, StackInfo
 
 log = logging.getLogger(__name__)
@@ -55,6 +59,13 @@ class DockerConfig(BaseModel):
     timeout: float = Field(default=30.0, gt=0, description="seconds per Engine API call")
     ready_timeout: float = Field(default=600.0, gt=0)
     pull: bool = Field(default=True, description="pull images the engine does not have")
+    images: Literal["faultday", "official"] = Field(
+        default="faultday",
+        description="faultday: every component from faultday's image; official: vLLM, Triton…",
+    )
+    image: str | None = Field(
+        default=None, description="faultday's image tag [$FAULTDAY_IMAGE, faultday/faultday:latest]"
+    )
 
     def access(self) -> DockerAccess:
         """Where the engine is, as ``faultday recover`` will need it (``$DOCKER_HOST`` now)."""
@@ -64,6 +75,25 @@ class DockerConfig(BaseModel):
             api_version=self.api_version,
             timeout=self.timeout,
         )
+
+
+class DockerTarget(BaseModel):
+    """The file ``faultday run --driver docker --driver-config FILE`` reads."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    api_version: Literal["faultday/v1"] = Field(alias="apiVersion")
+    kind: Literal["DockerTarget"]
+    spec: DockerConfig = DockerConfig()
+
+
+def load_docker_config(path: Path) -> DockerConfig:
+    """Read a DockerTarget file; ScenarioError with ``file:line:col`` for every problem."""
+    doc = parse_file(path)
+    try:
+        return DockerTarget.model_validate(doc.data).spec
+    except ValidationError as exc:
+        raise ScenarioError(validation_problems(doc, exc)) from exc
 
 
 def _seconds(text: str) -> int:
@@ -89,6 +119,11 @@ class DockerStack:
     """A stack profile as containers on one engine; the process driver's API."""
 
     driver = "docker"
+
+    @staticmethod
+    def load_config(path: Path) -> DockerConfig:
+        """The driver's settings file (``faultday run --driver-config``)."""
+        return load_docker_config(path)
 
     def __init__(
         self,
@@ -118,6 +153,9 @@ class DockerStack:
         from faultday.stack.render import render_profile
 
         with tempfile.TemporaryDirectory(prefix="faultday-docker-") as tmp:
+            if self.config.images == "faultday":
+                project = render_compose(self.profile, out=Path(tmp), image=self.config.image)
+                return project.doc, project.proxies
             render_profile(self.profile, driver="docker", out=Path(tmp))
             compose = yaml.safe_load((Path(tmp) / "compose.yaml").read_text())
             tox = Path(tmp) / "toxiproxy.json"
@@ -131,10 +169,16 @@ class DockerStack:
     def container_name(self, service: str) -> str:
         return f"faultday-{self.profile.name}-{service}"
 
+    def port(self, service: str) -> int:
+        """The service's main port inside its container."""
+        if self.config.images == "faultday":
+            return main_port(self.profile, service)
+        return container_port(self.profile, service)
+
     def create_args(self, service: str) -> dict[str, Any]:
         """The ``containers.create`` keyword arguments for one compose service."""
         svc = self._compose["services"][service]
-        port = container_port(self.profile, service)
+        port = self.port(service)
         args: dict[str, Any] = {
             "image": svc["image"],
             "name": self.container_name(service),
@@ -146,6 +190,12 @@ class DockerStack:
         }
         if "command" in svc:
             args["command"] = list(svc["command"])
+        if "environment" in svc:
+            args["environment"] = dict(svc["environment"])
+        if svc.get("init"):
+            args["init"] = True
+        if "shm_size" in svc:
+            args["shm_size"] = svc["shm_size"]
         vols = {}
         for v in svc.get("volumes", []):
             src, dst, *mode = v.split(":")
@@ -204,7 +254,10 @@ class DockerStack:
         """Write the rendering, create the network, start services in dependency order."""
         from faultday.stack.render import render_profile
 
-        render_profile(self.profile, driver="docker", out=self.render_dir)
+        if self.config.images == "faultday":
+            render_compose(self.profile, out=self.render_dir, image=self.config.image)
+        else:
+            render_profile(self.profile, driver="docker", out=self.render_dir)
         client = self._docker()
         deadline = time.monotonic() + (timeout or self.config.ready_timeout)
         self._record()
@@ -246,7 +299,11 @@ class DockerStack:
         }
         try:
             return client.containers.create(**args)
-        except docker.errors.ImageNotFound:
+        except docker.errors.ImageNotFound as exc:
+            if args["image"] == faultday_image(self.config.image):
+                # Never pulled: it is built here (docker-build/build-images.sh), not published.
+                msg = f"image {args['image']} not found; build it with `make images`"
+                raise StackError(msg) from exc
             if not self.config.pull:
                 raise
             log.info("pulling %s", args["image"])
@@ -318,7 +375,7 @@ class DockerStack:
     def endpoints(self) -> dict[str, str]:
         out = {}
         for c in self._containers:
-            port = self._published(c, container_port(self.profile, c))
+            port = self._published(c, self.port(c))
             out[c] = f"{self.profile.ctype(c).scheme}://{HOST}:{port}"
         return out
 
@@ -344,7 +401,7 @@ class DockerStack:
                 url=f"{proxy}:{listen.rsplit(':', 1)[1]}",
                 proxy_api=self.endpoints()[proxy],
                 proxy_name=e.proxy_name,
-                upstream=f"{e.dst}:{container_port(self.profile, e.dst)}",
+                upstream=f"{e.dst}:{self.port(e.dst)}",
             )
         raise StackError(
             f"no component or edge {name!r}{did_you_mean(name, set(self.target_names()))}"
@@ -358,7 +415,7 @@ class DockerStack:
         for s in self._compose["services"]:
             c = self._containers.get(s)
             state = c.attrs.get("State", {}) if c is not None else {}
-            health = (state.get("Health") or {}).get("Status") or state.get("Status") or "stopped"
+            health = _health(state)
             url = self.endpoints()[s] if c is not None else ""
             comps.append(
                 ComponentInfo(
@@ -366,7 +423,7 @@ class DockerStack:
                     type=self.profile.ctype(s).name,
                     url=url,
                     admin_url="",
-                    ports={"port": container_port(self.profile, s)},
+                    ports={"port": self.port(s)},
                     pid=state.get("Pid"),
                     health=str(health),
                     restarts=int(c.attrs.get("RestartCount", 0)) if c else 0,
@@ -393,3 +450,16 @@ class DockerStack:
             components=tuple(comps),
             edges=tuple(edges),
         )
+
+
+# Docker's words for a container's state, as the process driver's health vocabulary.
+_HEALTH = {"healthy": "ready", "unhealthy": "unready", "starting": "starting"}
+
+
+def _health(state: dict[str, Any]) -> str:
+    if state.get("Paused"):
+        return "paused"
+    if not state.get("Running"):
+        return str(state.get("Status") or "stopped")
+    health = (state.get("Health") or {}).get("Status")
+    return _HEALTH.get(str(health), "running") if health else "running"
