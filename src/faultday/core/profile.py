@@ -36,7 +36,7 @@ API_VERSION = "faultday/v1"
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
 TEMPLATE_RE = re.compile(r"\{([a-z_]+)(?::([A-Za-z0-9_.-]+))?\}")
 EDGE_SEP = "->"
-PACKAGED_PROFILES = Path(__file__).parent / "profiles"
+PACKAGED_PROFILES = Path(__file__).parents[1] / "stack" / "profiles"
 
 _PLAIN_KEYS = frozenset(
     {
