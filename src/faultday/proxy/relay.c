@@ -467,9 +467,16 @@ static int64_t head_due(const struct fr_dir *dir) {
     return due;
 }
 
-/* limit_data: everything it let through has been written; close as Toxiproxy does. */
+/* limit_data: everything it let through has been written; close as Toxiproxy does.
+ * Closing a socket with unread input sends a reset that throws away what is still
+ * queued to go out (the last bytes allowed): what waits to be read is dropped first,
+ * as Toxiproxy's reader would have taken it, so the close is a FIN after the data. */
 static void limit_reached(struct fr_relay *r, struct fr_conn *c, int d) {
-    shutdown(c->dir[d].dst, SHUT_WR); /* the FIN goes after the last byte it allowed */
+    shutdown(c->dir[d].dst, SHUT_WR);
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 16; i++) /* bounded: a peer may keep sending */
+            if (recv(c->fd[s], NULL, 1 << 30, MSG_DONTWAIT | MSG_TRUNC) <= 0)
+                break;
     close_conn_why(r, c, NOTE_LIMIT);
 }
 

@@ -75,6 +75,7 @@ SPIN_LEAD = 1.5e-3
 _SPLICE_FLAGS = 0x01 | 0x02  # SPLICE_F_MOVE | SPLICE_F_NONBLOCK
 _F_SETPIPE_SZ = 1031
 _splice = os.splice
+_DISCARD = bytearray(1)  # MSG_TRUNC on TCP discards without copying: no real buffer needed
 _SSE_SLICE = 512  # bytes of an SSE body given to split_events at a time
 _HTTP_START = re.compile(rb"^[A-Z]{3,10} ")
 _METHODS = (b"GET", b"POST", b"PUT", b"DELETE", b"HEAD", b"OPTIONS", b"PATCH", b"CONNECT", b"TRACE")
@@ -129,6 +130,16 @@ class PipePool:
             r, w = self._free.pop()
             os.close(r)
             os.close(w)
+
+
+def _discard_input(sock: socket.socket) -> None:
+    """Drop what waits to be read (bounded: a peer may keep sending)."""
+    for _ in range(16):
+        try:
+            if not sock.recv_into(_DISCARD, len(_DISCARD), socket.MSG_DONTWAIT | socket.MSG_TRUNC):
+                return
+        except OSError:
+            return
 
 
 def _rst(sock: socket.socket) -> None:
@@ -911,6 +922,10 @@ class Direction:
             await self._through(chain, i + 1, ts, piece)
         if link.passed >= attrs.bytes:
             self.counters.acted(link.toxic.type)
+            # Unread input would turn the close into a reset that drops the bytes
+            # still queued to the peer (the last ones allowed): drop the input first.
+            for sock in (self.conn.client, self.conn.upstream):
+                _discard_input(sock)
             self.conn.close()
             raise ConnectionGone
 
