@@ -1,14 +1,16 @@
 """The ``faultday`` command. The only place that turns exceptions into exit codes.
 
-Exit codes (also in the README): 0 passed, 1 checks failed, 2 invalid input,
-3 aborted, 4 harness or stack error.
+Exit codes (``faultday.core.exits``, also in the README): 0 passed, 1 checks failed,
+2 invalid input, 3 aborted, 4 harness or stack error. The sub-commands in other
+modules (``stack``, ``k8s``, ``report``, ``lint`` …) raise; ``main`` maps.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
-from enum import IntEnum
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -18,7 +20,8 @@ from rich.live import Live
 from rich.table import Table
 
 from faultday import __version__
-from faultday.core.journal import Journal, RunVerdict
+from faultday.core.exits import VERDICT_EXIT, ExitCode
+from faultday.core.journal import Journal
 from faultday.errors import FaultdayError, ScenarioError, StackError, UsageError
 from faultday.scenario.loader import LoadedScenario
 
@@ -28,22 +31,6 @@ if TYPE_CHECKING:
 console = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
 
-
-class Exit(IntEnum):
-    PASSED = 0
-    FAILED = 1
-    INVALID = 2
-    ABORTED = 3
-    ERROR = 4
-
-
-VERDICT_EXIT = {
-    RunVerdict.PASSED: Exit.PASSED,
-    RunVerdict.FAILED: Exit.FAILED,
-    RunVerdict.ABORTED: Exit.ABORTED,
-    RunVerdict.ERROR: Exit.ERROR,
-    RunVerdict.RUNNING: Exit.ERROR,
-}
 
 app = typer.Typer(
     name="faultday",
@@ -56,33 +43,65 @@ list_app = typer.Typer(help="List plugins.", no_args_is_help=True)
 app.add_typer(list_app, name="list")
 
 
-def _add_optional_apps() -> None:
-    """Commands that live next to their code.
+@dataclass(frozen=True, slots=True)
+class SubCommands:
+    """Commands that live next to their code, in a module imported at start-up.
 
-    A module either exposes ``register(app)`` (adds its own commands) or an
-    ``app`` (added as a command group). One that cannot be imported (an
-    optional extra missing) is left out rather than breaking the command.
+    The module exposes ``register(app)`` (adds ``names`` itself) or an ``app``
+    (added as the group ``names[0]``).
     """
-    import importlib
 
-    subapps = [
-        ("faultday.proxy.cli", "proxy", "The Toxiproxy-compatible fault proxy."),
-        ("faultday.stack.cli", "stack", "Bring the reference stack up and down."),
-        ("faultday.stack.sim", "sim", "Simulated components (the vLLM simulator)."),
-        ("faultday.checks.cli", "", ""),  # faultday lint
-        ("faultday.cli_report", "", ""),  # faultday report, runbook, gameday
-        ("faultday.cluster.cli", "", ""),  # faultday k8s plan|rbac|manifests
-    ]
-    for module, name, help_text in subapps:
+    module: str
+    names: tuple[str, ...]
+    help: str = ""
+
+
+SUBCOMMANDS = (
+    SubCommands("faultday.proxy.cli", ("proxy",), "The Toxiproxy-compatible fault proxy."),
+    SubCommands("faultday.stack.cli", ("stack",), "Bring the reference stack up and down."),
+    SubCommands("faultday.stack.sim", ("sim",), "Simulated components (the vLLM simulator)."),
+    SubCommands("faultday.checks.cli", ("lint",)),
+    SubCommands("faultday.cli_report", ("report", "gameday", "runbook")),
+    SubCommands("faultday.cluster.cli", ("k8s",)),
+)
+
+
+class CommandUnavailable(FaultdayError):
+    """A sub-command whose module could not be imported (an optional extra missing)."""
+
+
+def _add_optional_apps() -> None:
+    """Add every sub-command module's commands; one that cannot be imported is listed
+    as unavailable, with its import error, instead of vanishing or breaking the rest."""
+    have = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
+    for sub in SUBCOMMANDS:
+        if have & set(sub.names):
+            continue  # added by an earlier call (tests build the app more than once)
         try:
-            mod = importlib.import_module(module)
+            mod = importlib.import_module(sub.module)
         except ImportError as exc:
-            logging.getLogger(__name__).debug("no %s commands: %s", module, exc)
+            logging.getLogger(__name__).debug("no %s commands: %s", sub.module, exc)
+            for name in sub.names:
+                _add_unavailable(name, sub.module, exc)
             continue
         if hasattr(mod, "register"):
             mod.register(app)
         else:
-            app.add_typer(mod.app, name=name, help=help_text)
+            app.add_typer(mod.app, name=sub.names[0], help=sub.help)
+
+
+def _add_unavailable(name: str, module: str, exc: ImportError) -> None:
+    why = f"{module} failed to import: {exc}"
+
+    # Any arguments are accepted, so `faultday proxy serve --port 1` reaches the error.
+    @app.command(
+        name,
+        help=f"UNAVAILABLE: {why}",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        add_help_option=False,
+    )
+    def unavailable() -> None:
+        raise CommandUnavailable(f"faultday {name} is unavailable: {why}")
 
 
 def _setup_logging(verbose: int) -> None:
@@ -137,7 +156,7 @@ def validate(
         out.print(f"[green]ok[/] {f}")
     if bad:
         console.print(f"{bad} of {len(files)} scenarios invalid")
-        raise typer.Exit(Exit.INVALID)
+        raise typer.Exit(ExitCode.INVALID)
 
 
 @app.command()
@@ -316,7 +335,7 @@ def recover(
             f"[red]{failed} reverts, cleanups or process stops failed[/]: they stay outstanding"
             " in the ledger; fix the cause and run `faultday recover` again"
         )
-        raise typer.Exit(Exit.ERROR)
+        raise typer.Exit(ExitCode.ERROR)
 
 
 def main() -> None:
@@ -328,29 +347,29 @@ def main() -> None:
             sys.exit(rc)
     except ScenarioError as exc:
         _print_problems(exc)
-        sys.exit(Exit.INVALID)
+        sys.exit(ExitCode.INVALID)
     except UsageError as exc:
         console.print(f"[bold red]error[/] {exc}")
-        sys.exit(Exit.INVALID)
+        sys.exit(ExitCode.INVALID)
     except StackError as exc:
         console.print(f"[bold red]stack error[/] {exc}", soft_wrap=True)
-        sys.exit(Exit.ERROR)
+        sys.exit(ExitCode.ERROR)
     except FaultdayError as exc:
         console.print(f"[bold red]error[/] {exc}", soft_wrap=True)
-        sys.exit(Exit.ERROR)
+        sys.exit(ExitCode.ERROR)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
-        sys.exit(Exit.ABORTED)
+        sys.exit(ExitCode.ABORTED)
     except KeyboardInterrupt:
-        sys.exit(Exit.ABORTED)
+        sys.exit(ExitCode.ABORTED)
     except typer.TyperException as exc:  # click's usage errors, as typer vendors them
         show = getattr(exc, "show", None)
         if show is not None:
             show()
         else:
             console.print(f"[bold red]error[/] {exc}")
-        sys.exit(Exit.INVALID)
+        sys.exit(ExitCode.INVALID)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from faultday.core.exits import VERDICT_EXIT, ExitCode
+
 if TYPE_CHECKING:
     from faultday.core.journal import Journal
     from faultday.engine.runner import Status
@@ -43,7 +45,6 @@ def report(
     run_dir: Annotated[Path, typer.Argument(help="A run folder (holding journal.json).")],
 ) -> None:
     """Render a run's reports again from its journal.json."""
-    from faultday.cli import Exit
     from faultday.core.journal import JOURNAL_NAME, read_journal
     from faultday.errors import UsageError
     from faultday.report.render import render_all
@@ -60,7 +61,7 @@ def report(
     for name, file in sorted(journal.artifacts.items()):
         out.print(f"{name}: {run_dir / file}")
     if errors:
-        raise typer.Exit(Exit.ERROR)
+        raise typer.Exit(ExitCode.ERROR)
 
 
 @runbook_app.command("render")
@@ -128,7 +129,6 @@ def gameday(
     ] = None,
 ) -> None:
     """Run a suite of scenarios; write the scorecard, trend, JUnit and runbooks."""
-    from faultday.cli import VERDICT_EXIT
     from faultday.gameday import Progress as GameDayProgress
     from faultday.gameday import run_gameday
     from faultday.report.view import scenario_name

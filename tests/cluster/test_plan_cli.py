@@ -6,14 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import typer
 from kube_standin import KubeStandIn
-from typer.testing import CliRunner
+from tests.conftest import faultday
 
 from conftest import NS, REPO
-from faultday.cluster.cli import register
 from faultday.cluster.kubernetes import KubernetesStack
 from faultday.cluster.plan import plan
+from faultday.core.exits import ExitCode
 from faultday.scenario.loader import load_scenario
 
 SCENARIO = """\
@@ -41,26 +40,21 @@ def scenario_file(tmp_path: Path) -> Path:
     return f
 
 
-def _app() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None: ...
-
-    register(app)
-    return app
+def _k8s(*args: str, cwd: Path) -> tuple[int, str]:
+    """The real ``faultday k8s`` command: its exit status and its output (stdout, stderr)."""
+    r = faultday("k8s", *args, cwd=cwd)
+    return r.returncode, r.stdout + r.stderr
 
 
 def test_cli_plan_prints_every_object_without_calling_the_cluster(
-    scenario_file: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    scenario_file: Path, tmp_path: Path
 ) -> None:
-    monkeypatch.chdir(tmp_path)
     (tmp_path / "stack").symlink_to(REPO / "stack")
-    res = CliRunner().invoke(
-        _app(), ["k8s", "plan", "-p", "local", "-n", "gameday", "-s", str(scenario_file)]
+    code, output = _k8s(
+        "plan", "-p", "local", "-n", "gameday", "-s", str(scenario_file), cwd=tmp_path
     )
-    assert res.exit_code == 0, res.output
-    lines = res.output.splitlines()
+    assert code == ExitCode.PASSED, output
+    lines = output.splitlines()
     assert lines[0].startswith("# dry run: profile local, namespace gameday, mode deploy")
     actions = [ln.split()[0] for ln in lines[1:]]
     # 24 stack objects, 3 fault deletes, and the load: ConfigMap, Service, 2 Jobs (1 worker).
@@ -95,32 +89,28 @@ def test_cli_plan_prints_every_object_without_calling_the_cluster(
     assert "agent_to_qdrant via http://qdrant.gameday.svc.cluster.local:8474" in faults[6]
 
 
-def test_cli_rbac_and_manifests(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.chdir(tmp_path)
+def test_cli_rbac_and_manifests(tmp_path: Path) -> None:
     (tmp_path / "stack").symlink_to(REPO / "stack")
-    res = CliRunner().invoke(_app(), ["k8s", "rbac", "-n", "team-a", "--no-node-access"])
-    assert res.exit_code == 0, res.output
-    assert "kind: RoleBinding" in res.output and "ClusterRole" not in res.output
-    res = CliRunner().invoke(_app(), ["k8s", "manifests", "-n", "team-a"])
-    assert res.exit_code == 0 and res.output.count("namespace: team-a") == 24
+    code, output = _k8s("rbac", "-n", "team-a", "--no-node-access", cwd=tmp_path)
+    assert code == ExitCode.PASSED, output
+    assert "kind: RoleBinding" in output and "ClusterRole" not in output
+    code, output = _k8s("manifests", "-n", "team-a", cwd=tmp_path)
+    assert code == ExitCode.PASSED and output.count("namespace: team-a") == 24
 
 
-def test_cli_refuses_a_namespace_outside_the_configs_allowlist(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.chdir(tmp_path)
+def test_cli_refuses_a_namespace_outside_the_configs_allowlist(tmp_path: Path) -> None:
     (tmp_path / "stack").symlink_to(REPO / "stack")
     cfg = tmp_path / "target.yaml"
     cfg.write_text(
         "apiVersion: faultday/v1\nkind: KubernetesTarget\n"
         "spec: {namespace: gameday, allowed_namespaces: [gameday]}\n"
     )
-    res = CliRunner().invoke(_app(), ["k8s", "plan", "-c", str(cfg), "-n", "prod"])
-    assert res.exit_code == 4
-    assert "namespace 'prod' is not in the allowlist" in res.output
+    code, output = _k8s("plan", "-c", str(cfg), "-n", "prod", cwd=tmp_path)
+    assert code == ExitCode.ERROR
+    assert "namespace 'prod' is not in the allowlist" in output
     cfg.write_text("apiVersion: faultday/v1\nkind: KubernetesTarget\nspec: {namespce: x}\n")
-    res = CliRunner().invoke(_app(), ["k8s", "plan", "-c", str(cfg)])
-    assert res.exit_code == 2 and "target.yaml:3:8: spec.namespce: unknown key" in res.output
+    code, output = _k8s("plan", "-c", str(cfg), cwd=tmp_path)
+    assert code == ExitCode.INVALID and "target.yaml:3:8: spec.namespce: unknown key" in output
 
 
 def test_live_plan_resolves_pods_and_node(

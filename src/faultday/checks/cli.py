@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from faultday.checks.lint import Severity, lint_file
+from faultday.core.exits import ExitCode
 
 out = Console(highlight=False, soft_wrap=True)
 
@@ -31,7 +32,7 @@ def lint(
             warnings += finding.severity == Severity.WARNING
     out.print(f"{errors} errors, {warnings} warnings in {len(files)} file(s)")
     if errors or (strict and warnings):
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def register(app: typer.Typer) -> None:

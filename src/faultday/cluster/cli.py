@@ -1,6 +1,7 @@
 """``faultday k8s plan|rbac|manifests|jobs``: the Kubernetes side from a shell.
 
-The lead wires it in with ``register(app)`` (adds the ``k8s`` sub-command).
+``faultday.cli`` adds it with ``register(app)`` (the ``k8s`` sub-command) and maps
+the errors these commands raise to exit codes.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ from typing import Annotated
 import typer
 import yaml
 from rich.console import Console
-
-from faultday.errors import FaultdayError, ScenarioError
 
 app = typer.Typer(
     help="Kubernetes: dry-run plans, RBAC, manifests, load Jobs.", no_args_is_help=True
@@ -32,15 +31,6 @@ NamespaceOpt = Annotated[
 def register(app_: typer.Typer) -> None:
     """Add ``faultday k8s …`` to the main CLI."""
     app_.add_typer(app, name="k8s")
-
-
-def _fail(exc: FaultdayError) -> typer.Exit:
-    if isinstance(exc, ScenarioError):
-        for p in exc.problems:
-            err.print(f"[bold red]error[/] {p}")
-        return typer.Exit(2)
-    err.print(f"[bold red]error[/] {exc}")
-    return typer.Exit(4)
 
 
 def _stack(profile: str, config: Path | None, namespace: str | None):  # type: ignore[no-untyped-def]
@@ -70,12 +60,9 @@ def plan(
     from faultday.cluster.plan import plan as make_plan
     from faultday.scenario.loader import load_scenario
 
-    try:
-        stack = _stack(profile, config, namespace)
-        sc = load_scenario(scenario).scenario if scenario else None
-        touches = make_plan(stack, scenario=sc, live=live)
-    except FaultdayError as exc:
-        raise _fail(exc) from exc
+    stack = _stack(profile, config, namespace)
+    sc = load_scenario(scenario).scenario if scenario else None
+    touches = make_plan(stack, scenario=sc, live=live)
     out.print(
         f"# dry run: profile {stack.profile.name}, namespace {stack.namespace}, "
         f"mode {stack.config.mode}, label app.kubernetes.io/part-of={stack.part_of}"
@@ -94,10 +81,7 @@ def rbac(
     """Print the ServiceAccount, Role and RoleBinding the harness needs (kubectl apply -f -)."""
     from faultday.cluster.rbac import render_rbac
 
-    try:
-        stack = _stack(profile, config, namespace)
-    except FaultdayError as exc:
-        raise _fail(exc) from exc
+    stack = _stack(profile, config, namespace)
     docs = render_rbac(namespace=stack.namespace, part_of=stack.part_of, node_access=node_access)
     out.print(yaml.safe_dump_all(docs, sort_keys=False), end="")
 
@@ -107,8 +91,5 @@ def manifests(
     profile: ProfileOpt = "local", config: ConfigOpt = None, namespace: NamespaceOpt = None
 ) -> None:
     """Print the manifests `up` applies (the renderer's, placed in the namespace)."""
-    try:
-        stack = _stack(profile, config, namespace)
-    except FaultdayError as exc:
-        raise _fail(exc) from exc
+    stack = _stack(profile, config, namespace)
     out.print(yaml.safe_dump_all(stack.manifests(), sort_keys=False), end="")

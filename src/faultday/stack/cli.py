@@ -4,6 +4,7 @@
 sessions); its ledger and a state file in ``.faultday/stack/<profile>/`` let a
 later ``status`` or ``down`` — from another shell — find every process by PID.
 ``up --foreground`` supervises (restarts on failure) until Ctrl-C instead.
+Errors are raised to ``faultday.cli``, which maps them to the README's exit codes.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from rich.console import Console
 from rich.table import Table
 
 from faultday.core.components import ProbeKind
+from faultday.core.exits import ExitCode
 from faultday.core.ledger import Ledger
 from faultday.core.profile import StackProfile, load_profile
-from faultday.errors import FaultdayError, ScenarioError, StackError
+from faultday.errors import StackError
 from faultday.stack.stack import Stack as ProcessStack
 from faultday.stack.stack import StackInfo
 from faultday.stack.supervisor import HOST, probe_once, tail
@@ -44,15 +46,6 @@ StateOpt = Annotated[
     Path | None,
     typer.Option("--state-dir", help="Where the run folder lives [.faultday/stack/<profile>]."),
 ]
-
-
-def _fail(exc: FaultdayError, code: int = 4) -> typer.Exit:
-    if isinstance(exc, ScenarioError):
-        for p in exc.problems:
-            err.print(f"[bold red]error[/] {p}", soft_wrap=True, highlight=False)
-        return typer.Exit(2)
-    err.print(f"[bold red]stack error[/] {exc}", soft_wrap=True, highlight=False)
-    return typer.Exit(code)
 
 
 def _load(profile: str, only: str) -> StackProfile:
@@ -101,20 +94,17 @@ def up(  # noqa: PLR0917 - typer options, never called positionally
 ) -> None:
     """Start the stack; print components, endpoints and edges."""
     run_dir = _state_dir(profile, state_dir).resolve()
-    try:
-        prof = _load(profile, only)
-        if _alive_records(run_dir):
-            raise StackError(f"already up (run folder {run_dir}); run `faultday stack down` first")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / STATE_FILE).unlink(missing_ok=True)
-        (run_dir / "ledger.jsonl").unlink(missing_ok=True)
-        stack = ProcessStack(prof, run_dir=run_dir, ledger=Ledger.in_dir(run_dir), policy=policy)
-        t0 = time.monotonic()
-        with console.status(f"starting {len(prof.spec.components)} components…"):
-            stack.up(timeout=timeout)
-        took = time.monotonic() - t0
-    except FaultdayError as exc:
-        raise _fail(exc) from exc
+    prof = _load(profile, only)
+    if _alive_records(run_dir):
+        raise StackError(f"already up (run folder {run_dir}); run `faultday stack down` first")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / STATE_FILE).unlink(missing_ok=True)
+    (run_dir / "ledger.jsonl").unlink(missing_ok=True)
+    stack = ProcessStack(prof, run_dir=run_dir, ledger=Ledger.in_dir(run_dir), policy=policy)
+    t0 = time.monotonic()
+    with console.status(f"starting {len(prof.spec.components)} components…"):
+        stack.up(timeout=timeout)
+    took = time.monotonic() - t0
     info = stack.describe()
     state = {"info": info.model_dump(mode="json"), "profile": profile, "only": only}
     (run_dir / STATE_FILE).write_text(json.dumps(state, indent=2))
@@ -151,12 +141,9 @@ def status(profile: ProfileOpt = "local", state_dir: StateOpt = None) -> None:
     state = _read_state(run_dir)
     if state is None:
         console.print(f"not up (no {STATE_FILE} in {run_dir})")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
     info, raw = state
-    try:
-        prof = _load(str(raw["profile"]), str(raw.get("only", "")))
-    except FaultdayError as exc:
-        raise _fail(exc) from exc
+    prof = _load(str(raw["profile"]), str(raw.get("only", "")))
     alive = set(_alive_records(run_dir))
     comps = []
     for c in info.components:
@@ -171,7 +158,7 @@ def status(profile: ProfileOpt = "local", state_dir: StateOpt = None) -> None:
         comps.append(c.model_copy(update={"health": health}))
     _print_info(info.model_copy(update={"components": tuple(comps)}))
     if not alive:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 @app.command()
@@ -192,7 +179,7 @@ def down(profile: ProfileOpt = "local", state_dir: StateOpt = None) -> None:
     (run_dir / STATE_FILE).unlink(missing_ok=True)
     if result.failed:
         err.print(f"[red]{result.failed} processes could not be stopped[/]")
-        raise typer.Exit(4)
+        raise typer.Exit(ExitCode.ERROR)
     console.print(f"[green]down[/] in {time.monotonic() - t0:.1f}s")
 
 
@@ -211,7 +198,7 @@ def logs(
         if not files:
             known = ", ".join(f.stem for f in sorted(log_dir.glob("*.log"))) or "none"
             err.print(f"no log for {component!r} in {log_dir} (have: {known})")
-            raise typer.Exit(1)
+            raise typer.Exit(ExitCode.FAILED)
     for f in files:
         console.rule(f"{f.stem} — {f}")
         for line in tail(f, lines):
@@ -227,10 +214,7 @@ def render(
     """Write the profile as a docker compose file or Kubernetes manifests."""
     from faultday.stack.render import render_profile
 
-    try:
-        written = render_profile(load_profile(profile, base_dir=Path.cwd()), driver=driver, out=out)
-    except FaultdayError as exc:
-        raise _fail(exc, 2) from exc
+    written = render_profile(load_profile(profile, base_dir=Path.cwd()), driver=driver, out=out)
     for f in written:
         console.print(f"wrote {f}")
 
