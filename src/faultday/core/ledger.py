@@ -24,9 +24,9 @@ import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
 
 from faultday.core.plugins import Registry
 from faultday.core.targets import Revert
@@ -78,6 +78,86 @@ def cleanup_registry() -> Registry[Cleanup]:
     return Registry(CLEANUPS, "cleanup")
 
 
+class _Record(BaseModel):
+    # Records of a newer faultday may carry fields this one does not know: read past them.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    ts: float | None = None  # set when the record is written (time.time())
+
+
+class MarkerRecord(_Record):
+    op: Literal["marker"] = "marker"
+    marker: str
+
+
+class SpawnRecord(_Record):
+    op: Literal["spawn"] = "spawn"
+    component: str
+
+
+class TmpRecord(_Record):
+    op: Literal["tmp"] = "tmp"
+    path: str
+
+
+class PhaseRecord(_Record):
+    op: Literal["phase"] = "phase"
+    phase: str
+
+
+class RevertRecord(_Record):
+    op: Literal["revert"] = "revert"
+    revert: dict[str, JsonValue]  # Revert.to_json()
+
+
+class DoneRecord(_Record):
+    op: Literal["done"] = "done"
+    id: str
+    ok: bool
+    error: str = ""
+
+
+class CleanupRecord(_Record):
+    op: Literal["cleanup"] = "cleanup"
+    cleanup: dict[str, JsonValue]  # Revert.to_json()
+
+
+class CleanupDoneRecord(_Record):
+    op: Literal["cleanup_done"] = "cleanup_done"
+    id: str
+    ok: bool
+    error: str = ""
+
+
+class ProcessStarted(_Record):
+    op: Literal["process"] = "process"
+    component: str
+    pid: int
+    pgid: int
+    create_time: float
+
+
+class ProcessStopped(_Record):
+    op: Literal["stopped"] = "stopped"
+    pid: int
+
+
+LedgerRecord = Annotated[
+    MarkerRecord
+    | SpawnRecord
+    | TmpRecord
+    | PhaseRecord
+    | RevertRecord
+    | DoneRecord
+    | CleanupRecord
+    | CleanupDoneRecord
+    | ProcessStarted
+    | ProcessStopped,
+    Field(discriminator="op"),
+]
+_RECORD: TypeAdapter[LedgerRecord] = TypeAdapter(LedgerRecord)
+
+
 class Ledger:
     """Append-only, fsynced record of what must be undone."""
 
@@ -91,9 +171,9 @@ class Ledger:
     def in_dir(cls, run_dir: Path) -> Ledger:
         return cls(run_dir / LEDGER_NAME)
 
-    def _append(self, record: dict[str, JsonValue]) -> None:
-        record = {"ts": time.time(), **record}
-        line = json.dumps(record, separators=(",", ":")) + "\n"
+    def _append(self, record: LedgerRecord) -> None:
+        fields = record.model_dump(mode="json", exclude={"ts"})
+        line = json.dumps({"ts": time.time(), **fields}, separators=(",", ":")) + "\n"
         with self._lock:
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
             try:
@@ -110,75 +190,70 @@ class Ledger:
         """This ledger's process marker (the value of MARKER_ENV), written once, on first use."""
         with self._lock:
             if self._marker is None:
-                found = [r["marker"] for r in self.records() if r.get("op") == "marker"]
-                self._marker = str(found[0]) if found else uuid.uuid4().hex
+                found = [r.marker for r in self.entries() if isinstance(r, MarkerRecord)]
+                self._marker = found[0] if found else uuid.uuid4().hex
                 if not found:
-                    self._append({"op": "marker", "marker": self._marker})
+                    self._append(MarkerRecord(marker=self._marker))
             return self._marker
 
     def markers(self) -> set[str]:
         """Every marker this ledger handed out (one, or none if nothing was ever spawned)."""
-        return {str(r["marker"]) for r in self.records() if r.get("op") == "marker"}
+        return {r.marker for r in self.entries() if isinstance(r, MarkerRecord)}
 
     def add_spawn(self, component: str) -> dict[str, str]:
         """Before a spawn: the intent, on disk. Returns the variables the child must carry."""
         marker = self.marker()
-        self._append({"op": "spawn", "component": component})
+        self._append(SpawnRecord(component=component))
         return {MARKER_ENV: marker}
 
     def add_tmp(self, path: Path) -> None:
         """Before creating it: a temporary path outside the run folder, removed by recover."""
-        self._append({"op": "tmp", "path": str(path)})
+        self._append(TmpRecord(path=str(path)))
 
     def tmp_paths(self) -> list[Path]:
         """Temporary paths recorded with ``add_tmp`` (recover removes those that still exist)."""
-        return [Path(str(r["path"])) for r in self.records() if r.get("op") == "tmp"]
+        return [Path(r.path) for r in self.entries() if isinstance(r, TmpRecord)]
 
     def spawn_times(self) -> list[float]:
         """When each spawn was recorded (a process of the run started just after one)."""
-        out = []
-        for r in self.records():
-            ts = r.get("ts")
-            if r.get("op") == "spawn" and isinstance(ts, int | float):
-                out.append(float(ts))
-        return out
+        return [r.ts for r in self.entries() if isinstance(r, SpawnRecord) and r.ts is not None]
 
     def note_phase(self, phase: str) -> None:
         """Where the run is: tells recover (and a reader) in which phase a harness died."""
-        self._append({"op": "phase", "phase": phase})
+        self._append(PhaseRecord(phase=phase))
 
     def last_phase(self) -> str | None:
-        phases = [str(r["phase"]) for r in self.records() if r.get("op") == "phase"]
+        phases = [r.phase for r in self.entries() if isinstance(r, PhaseRecord)]
         return phases[-1] if phases else None
 
     def add_revert(self, revert: Revert) -> None:
-        self._append({"op": "revert", "revert": revert.to_json()})
+        self._append(RevertRecord(revert=revert.to_json()))
 
     def revert_done(self, revert: Revert, *, ok: bool, error: str = "") -> None:
-        self._append({"op": "done", "id": revert.id, "ok": ok, "error": error})
+        self._append(DoneRecord(id=revert.id, ok=ok, error=error))
 
     def add_cleanup(self, record: Revert) -> None:
         """Before creating anything: what ``faultday recover`` must remove after a crash."""
-        self._append({"op": "cleanup", "cleanup": record.to_json()})
+        self._append(CleanupRecord(cleanup=record.to_json()))
 
     def cleanup_done(self, record: Revert, *, ok: bool, error: str = "") -> None:
-        self._append({"op": "cleanup_done", "id": record.id, "ok": ok, "error": error})
+        self._append(CleanupDoneRecord(id=record.id, ok=ok, error=error))
 
     def add_process(self, proc: ProcessRecord) -> None:
         self._append(
-            {
-                "op": "process",
-                "component": proc.component,
-                "pid": proc.pid,
-                "pgid": proc.pgid,
-                "create_time": proc.create_time,
-            }
+            ProcessStarted(
+                component=proc.component,
+                pid=proc.pid,
+                pgid=proc.pgid,
+                create_time=proc.create_time,
+            )
         )
 
     def process_stopped(self, pid: int) -> None:
-        self._append({"op": "stopped", "pid": pid})
+        self._append(ProcessStopped(pid=pid))
 
     def records(self) -> list[dict[str, JsonValue]]:
+        """Every readable record as written (JSON objects); torn lines skipped with a warning."""
         if not self.path.exists():
             return []
         out: list[dict[str, JsonValue]] = []
@@ -200,47 +275,57 @@ class Ledger:
                 out.append(rec)
         return out
 
-    def _outstanding(self, op: str, done_op: str) -> list[Revert]:
-        pending: dict[str, Revert] = {}
+    def entries(self) -> list[LedgerRecord]:
+        """Every readable record, typed by its ``op``; a malformed one is skipped with a warning."""
+        out: list[LedgerRecord] = []
         for rec in self.records():
-            raw = rec.get(op)
-            if rec.get("op") == op and isinstance(raw, dict):
+            try:
+                out.append(_RECORD.validate_python(rec))
+            except ValidationError as exc:
+                why = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                log.warning(
+                    "%s: malformed %s record skipped: %r (%s)", self.path, rec.get("op"), rec, why
+                )
+        return out
+
+    def _outstanding(
+        self, kind: type[RevertRecord | CleanupRecord], done: type[DoneRecord | CleanupDoneRecord]
+    ) -> list[Revert]:
+        pending: dict[str, Revert] = {}
+        for rec in self.entries():
+            if isinstance(rec, kind):
+                raw = rec.revert if isinstance(rec, RevertRecord) else rec.cleanup
                 try:
                     rev = Revert.from_json(raw)
                 except (KeyError, TypeError, ValueError) as exc:
-                    log.warning("%s: malformed %s record skipped: %s", self.path, op, exc)
+                    log.warning("%s: malformed %s record skipped: %s", self.path, rec.op, exc)
                     continue
                 pending[rev.id] = rev
-            elif rec.get("op") == done_op and rec.get("ok"):
-                pending.pop(str(rec.get("id")), None)
+            elif isinstance(rec, done) and rec.ok:
+                pending.pop(rec.id, None)
         return list(reversed(pending.values()))
 
     def outstanding_reverts(self) -> list[Revert]:
         """Reverts not yet done, newest first (the order they must run in)."""
-        return self._outstanding("revert", "done")
+        return self._outstanding(RevertRecord, DoneRecord)
 
     def outstanding_cleanups(self) -> list[Revert]:
         """Cleanups not yet done, newest first; never replayed by a live run, only by recover."""
-        return self._outstanding("cleanup", "cleanup_done")
+        return self._outstanding(CleanupRecord, CleanupDoneRecord)
 
     def outstanding_processes(self) -> list[ProcessRecord]:
         """Processes started and not recorded as stopped, newest first."""
         procs: dict[int, ProcessRecord] = {}
-        for rec in self.records():
-            op = rec.get("op")
-            try:
-                if op == "process":
-                    pid = int(rec["pid"])  # type: ignore[arg-type]
-                    procs[pid] = ProcessRecord(
-                        component=str(rec["component"]),
-                        pid=pid,
-                        pgid=int(rec["pgid"]),  # type: ignore[arg-type]
-                        create_time=float(rec["create_time"]),  # type: ignore[arg-type]
-                    )
-                elif op == "stopped":
-                    procs.pop(int(rec["pid"]), None)  # type: ignore[arg-type]
-            except (KeyError, TypeError, ValueError) as exc:
-                log.warning("%s: malformed %s record skipped: %r (%s)", self.path, op, rec, exc)
+        for rec in self.entries():
+            if isinstance(rec, ProcessStarted):
+                procs[rec.pid] = ProcessRecord(
+                    component=rec.component,
+                    pid=rec.pid,
+                    pgid=rec.pgid,
+                    create_time=rec.create_time,
+                )
+            elif isinstance(rec, ProcessStopped):
+                procs.pop(rec.pid, None)
         return list(reversed(procs.values()))
 
 
