@@ -9,7 +9,7 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from faultday.core.records import RequestRecord
@@ -98,8 +98,8 @@ class EventSink:
             for key, _ in events:
                 if key.fileobj is self._listener:
                     self._accept()
-                else:
-                    got = self._read(key.fileobj) or got  # type: ignore[arg-type]
+                elif isinstance(key.fileobj, socket.socket):  # every other one is a connection
+                    got = self._read(key.fileobj) or got
             self._flush_pending(final=False)
             if self._stop.is_set():
                 # Drain: keep reading until two quiet rounds in a row.
@@ -174,6 +174,25 @@ class EventSink:
         self._on_records(records)
 
 
+def _float(value: object) -> float:
+    """float() of a JSON number or numeric string; TypeError for anything else (a bad line)."""
+    if isinstance(value, int | float | str):
+        return float(value)
+    raise TypeError(f"not a number: {value!r}")
+
+
+def _int(value: object) -> int:
+    if isinstance(value, int | float | str):
+        return int(value)
+    raise TypeError(f"not a number: {value!r}")
+
+
+def _items(value: object) -> Iterable[object]:
+    if isinstance(value, Iterable):
+        return value
+    raise TypeError(f"not a list: {value!r}")
+
+
 def to_record(ev: dict[str, object], t: float) -> RequestRecord:
     """One event line (see locustfile) → a RequestRecord at scenario time ``t``."""
     ttft = ev.get("ttft")
@@ -181,15 +200,15 @@ def to_record(ev: dict[str, object], t: float) -> RequestRecord:
     reasons = ev.get("r") or ()
     return RequestRecord(
         t=round(t, 6),
-        duration=float(ev["d"]),  # type: ignore[arg-type]
+        duration=_float(ev["d"]),
         ok=bool(ev.get("ok")),
-        status=int(ev.get("s") or 0),  # type: ignore[call-overload]
+        status=_int(ev.get("s") or 0),
         name=str(ev.get("n") or ""),
-        ttft=float(ttft) if ttft is not None else None,  # type: ignore[arg-type]
-        itl=tuple(float(x) for x in itl),  # type: ignore[attr-defined]
-        tokens=int(ev.get("tok") or 0),  # type: ignore[call-overload]
+        ttft=_float(ttft) if ttft is not None else None,
+        itl=tuple(_float(x) for x in _items(itl)),
+        tokens=_int(ev.get("tok") or 0),
         degraded=bool(ev.get("deg")),
-        reasons=tuple(str(r) for r in reasons),  # type: ignore[attr-defined]
+        reasons=tuple(str(r) for r in _items(reasons)),
         model=str(ev.get("m") or ""),
         error=str(ev.get("e") or ""),
         task_id=str(ev.get("tid") or ""),
