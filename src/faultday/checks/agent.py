@@ -22,11 +22,12 @@ from faultday.checks.common import (
 )
 from faultday.checks.metrics import _Count
 from faultday.core.windows import CheckResult, Verdict, Window
+from faultday_wire.metrics import AGENT_TOOL_CALLS, total
 
 log = logging.getLogger(__name__)
 
 AUDIT_FILE = "agent/audit.jsonl"
-TOOL_CALLS = "faultday_agent_tool_calls_total"
+TOOL_CALLS = total(AGENT_TOOL_CALLS)
 PROBE_WORKERS = 4  # golden queries in flight at once during a recall probe
 
 

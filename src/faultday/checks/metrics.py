@@ -24,6 +24,12 @@ from faultday.core.protocols import PlanView
 from faultday.core.records import RequestRecord
 from faultday.core.types import Duration
 from faultday.core.windows import CheckResult, Verdict, Window, WindowKind
+from faultday_wire.metrics import (
+    AGENT_BREAKER_STATE,
+    AGENT_BREAKER_TRANSITIONS,
+    BREAKER_HALF_OPEN,
+    total,
+)
 
 # ---------------------------------------------------------------- metric
 
@@ -218,8 +224,8 @@ def baseline_window(ctx: CheckContext) -> Window | None:
 
 # ---------------------------------------------------------------- breaker
 
-BREAKER_METRIC = "faultday_agent_breaker_state"  # 0 closed, 1 half-open, 2 open
-BREAKER_TRANSITIONS = "faultday_agent_breaker_transitions_total"
+BREAKER_METRIC = AGENT_BREAKER_STATE  # 0 closed, 1 half-open, 2 open
+BREAKER_TRANSITIONS = total(AGENT_BREAKER_TRANSITIONS)
 
 
 class BreakerParams(Params):
@@ -270,7 +276,7 @@ class Breaker(Check[BreakerParams]):
                 ctx,
                 BREAKER_TRANSITIONS,
                 Window(WindowKind.FAULT, "after opening", opened, math.inf),
-                {"dependency": params.dependency, "state": "half-opened"},
+                {"dependency": params.dependency, "state": BREAKER_HALF_OPEN},
             )
             if probes > 0:
                 half = opened

@@ -25,6 +25,7 @@ from faultday.checks.common import (
 from faultday.core.records import RequestRecord, bins, metric_values, percentile
 from faultday.core.types import Duration
 from faultday.core.windows import CheckResult, Verdict, Window
+from faultday_wire.metrics import VLLM_QUEUE_TIME
 
 # ---------------------------------------------------------------- error_rate
 
@@ -96,7 +97,7 @@ class LatencyParams(Params):
         return self
 
 
-QUEUE_METRIC = "vllm:request_queue_time_seconds"
+QUEUE_METRIC = VLLM_QUEUE_TIME
 
 
 class Latency(Check[LatencyParams]):
