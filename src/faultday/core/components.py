@@ -93,6 +93,9 @@ _TYPES: tuple[ComponentType, ...] = (
             "{python}",
             "-m",
             "faultday_refstack.embedder",
+            # 127.0.0.1 for the process driver; 0.0.0.0 in a container (docker driver).
+            "--host",
+            "{host}",
             "--http-port",
             "{port}",
             "--grpc-port",
