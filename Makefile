@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # pytest exit code 5 = "no tests collected": not a failure of the target.
 PYTEST_OK = rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
 
-.PHONY: demo test test-slow test-scenarios test-real bench lint gameday setup sysdeps native clean
+.PHONY: demo test test-slow test-scenarios test-real test-docker images bench lint gameday setup sysdeps native clean
 
 NATIVE_SRC := src/faultday/proxy/relay.c
 NATIVE := src/faultday/proxy/_relay.so
@@ -46,10 +46,10 @@ gameday: setup  ## the whole quarterly suite at full length
 	$(VENV)/bin/faultday gameday scenarios/
 
 test: setup  ## the default suite (CI runs it)
-	$(PYTEST) -q -m "not slow and not real" -p no:cacheprovider; $(PYTEST_OK)
+	$(PYTEST) -q -m "not slow and not real and not docker" -p no:cacheprovider; $(PYTEST_OK)
 
 test-slow: setup  ## heavier checks (CI runs them too)
-	$(PYTEST) -q -m "slow and not real" -p no:cacheprovider; $(PYTEST_OK)
+	$(PYTEST) -q -m "slow and not real and not docker" -p no:cacheprovider; $(PYTEST_OK)
 
 test-scenarios: setup  ## the scenario library, time-scaled, on the local stack (CI runs it)
 	$(PYTEST) -q -p no:cacheprovider scenarios/ --faultday-time-scale 0.1 --faultday-report-dir reports/ci; $(PYTEST_OK)
@@ -57,6 +57,14 @@ test-scenarios: setup  ## the scenario library, time-scaled, on the local stack 
 test-real: setup  ## real vLLM on CPU in its own virtualenv (CI runs it)
 	@if [ -x scripts/setup-real-venv.sh ] || [ -f scripts/setup-real-venv.sh ]; then bash scripts/setup-real-venv.sh; fi
 	FAULTDAY_REAL_REQUIRED=1 $(PYTEST) -q -m real -p no:cacheprovider tests/real; $(PYTEST_OK)
+
+images: setup  ## faultday's image (docker-build/); FAULTDAY_OFFLINE=1: from a Debian base built here
+	docker-build/build-images.sh
+
+# A missing engine or image fails here (it only skips in a plain pytest run); build the
+# image first (`make images`: CI builds it once per run).
+test-docker: setup  ## the docker driver, its faults, compose and four library scenarios on a real engine
+	FAULTDAY_DOCKER_REQUIRED=1 $(PYTEST) -q -m docker -p no:cacheprovider tests/docker_engine
 
 bench: setup  ## benchmarks, each comparing against its baseline in one run; figures in bench/RESULTS.md
 	$(PY) bench/proxy/bench_proxy.py

@@ -47,5 +47,8 @@ rm -rf "$ctx/app" && mkdir -p "$ctx/app"
 cp docker-build/Dockerfile "$ctx/Dockerfile"
 printf '.stamp-*\n' > "$ctx/.dockerignore"
 
+# The classic builder with either docker CLI (20.10 or a newer one beside it): nothing
+# to pull, and its layer cache makes the second build quick.
+export DOCKER_BUILDKIT=0
 echo "== docker build $image${base:+ (FROM $base)}"
 docker build -q --force-rm ${base:+--build-arg "BASE=$base"} --label "dev.faultday.stamp=$stamp" -t "$image" "$ctx"

@@ -379,6 +379,25 @@ class DockerStack:
             out[c] = f"{self.profile.ctype(c).scheme}://{HOST}:{port}"
         return out
 
+    def container(self, component: str) -> Any:
+        """The component's container (docker SDK object), state freshly read."""
+        c = self._container(component)
+        c.reload()
+        return c
+
+    def host_pid(self, component: str) -> int | None:
+        """The container's init process as this host sees it, when the engine runs here.
+
+        Process faults (process_kill, process_pause) then act on the container as on a
+        local process; on a remote engine a PID means nothing here, so there is none.
+        """
+        access = self.config.access()
+        where = access.base_url or access.docker_host or "unix://"
+        if not where.startswith("unix://"):
+            return None
+        pid = int(self.container(component).attrs.get("State", {}).get("Pid") or 0)
+        return pid or None
+
     def target(self, name: str) -> Target:
         if name in self._compose["services"]:
             ctype = self.profile.ctype(name)
@@ -388,7 +407,9 @@ class DockerStack:
                 kind=TargetKind.COMPONENT,
                 component_type=ctype.name,
                 url=url,
-                admin_url=f"{url}{ctype.admin_path}" if ctype.admin_path else "",
+                # The base URL, as the process driver gives it: injectors add the path.
+                admin_url=url if ctype.admin_path else "",
+                pid=self.host_pid(name),
             )
         if name in self._edges:
             e = self._edges[name]
@@ -414,6 +435,8 @@ class DockerStack:
         comps = []
         for s in self._compose["services"]:
             c = self._containers.get(s)
+            if c is not None:
+                c.reload()
             state = c.attrs.get("State", {}) if c is not None else {}
             health = _health(state)
             url = self.endpoints()[s] if c is not None else ""
