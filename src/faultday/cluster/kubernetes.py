@@ -591,7 +591,8 @@ def _read_forward_port(proc: subprocess.Popen[bytes], *, timeout: float) -> int 
         ready, _, _ = select.select([proc.stdout], [], [], 0.2)
         if not ready:
             continue
-        chunk = proc.stdout.read1(4096)  # type: ignore[attr-defined]
+        # Straight from the pipe: select() said it has data, and nothing else reads it.
+        chunk = os.read(proc.stdout.fileno(), 4096)
         if not chunk:
             break
         buf += chunk

@@ -60,8 +60,12 @@ def _match(text: object) -> re.Match[str]:
     return match
 
 
-def parse_duration(text: str) -> float:
-    """Return seconds for a duration string; raise ValueError naming what would be valid."""
+def parse_duration(text: object) -> float:
+    """Return seconds for a duration string; raise ValueError naming what would be valid.
+
+    Anything but a string (a YAML number, a list) is a ValueError too, so a raw document's
+    value can be passed as it is.
+    """
     match = _match(text)
     seconds = float(match.group(1)) * _UNITS[match.group(2)]
     if not math.isfinite(seconds):  # unreachable within MAX_CHARS; kept as the last word

@@ -109,7 +109,7 @@ class _Validator:
         try:
             from faultday.core.durations import parse_duration
 
-            return parse_duration(spec["duration"]) if "duration" in spec else None  # type: ignore[arg-type]
+            return parse_duration(spec["duration"]) if "duration" in spec else None
         except ValueError:
             return None
 
@@ -278,7 +278,7 @@ class _Validator:
         from faultday.core.durations import parse_duration
 
         try:
-            recovery = parse_duration(spec.get("recovery", "10s"))  # type: ignore[arg-type]
+            recovery = parse_duration(spec.get("recovery", "10s"))
         except ValueError:
             return
         last = max(f.end for f in faults.values())
