@@ -36,11 +36,11 @@ from faultday.core.journal import Journal, RunVerdict
 from faultday.core.ledger import Ledger
 from faultday.core.loadconfig import LoadConfig, Shape, ShapeSpec, Workload
 from faultday.core.profile import load_profile
+from faultday.engine.participants import ScenarioLoad, participants_for
 from faultday.engine.recover import find_ledgers
 from faultday.engine.runner import Run, RunOptions
 from faultday.engine.stacks import default_stack_factory
 from faultday.errors import StackError
-from faultday.load.participants import ScenarioLoad, participants_for
 from faultday.load.runner import LoadOptions
 from faultday.load.sink import EventSink
 from faultday.observe.scrape import MetricsScraper

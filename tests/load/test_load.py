@@ -12,7 +12,7 @@ import pytest
 
 from faultday.core.loadconfig import HttpRequestSpec, Shape, ShapeSpec, users_at
 from faultday.core.scenario import Scenario
-from faultday.load.participants import participants_for
+from faultday.engine.participants import participants_for
 from faultday.load.runner import LoadOptions, LocustLoad
 from faultday.load.standalone import StandaloneRun
 from faultday.observe.scrape import MetricsScraper

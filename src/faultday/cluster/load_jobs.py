@@ -52,8 +52,8 @@ from faultday.load.sink import EventSink, SinkStats
 
 if TYPE_CHECKING:
     from faultday.cluster.kubernetes import KubernetesStack
+    from faultday.core.protocols import RunView
     from faultday.core.scenario import LoadSpec
-    from faultday.engine.participants import RunView
 
 log = logging.getLogger(__name__)
 

@@ -1,22 +1,90 @@
 """Participants run beside the timeline: the load generator and the observers.
 
-The engine knows them only through ``faultday.core.protocols``; ``faultday.load`` and
-``faultday.observe`` provide the real ones (Locust in a subprocess, metric
-scrapers, trace and audit collectors).
+The engine composes them here from what a scenario's ``load:`` asks for; it
+knows them only through ``faultday.core.protocols``. ``faultday.load`` and
+``faultday.observe`` provide the real ones (Locust in a subprocess, the metric
+scraper, the time-series writer).
 """
 
 from __future__ import annotations
 
-from faultday.core.protocols import Participant, RunView
-from faultday.core.scenario import Scenario
+from faultday.core.loadconfig import HttpRequestSpec, Workload
+from faultday.core.protocols import LoadHost, Participant, RunView
+from faultday.core.scenario import LoadSpec, Scenario
+from faultday.load.runner import LoadError, LoadOptions, LocustLoad
+from faultday.load.sink import SinkStats
+from faultday.observe.scrape import MetricsScraper
+from faultday.observe.series import TimeSeriesWriter
 
-__all__ = ["Participant", "RunView", "default_participants"]
+__all__ = ["Participant", "RunView", "ScenarioLoad", "default_participants", "participants_for"]
+
+# A stack driver that runs this load itself (the kubernetes driver: Locust as Jobs).
+ScenarioLoadHost = LoadHost[LoadSpec, LoadOptions]
+
+
+class ScenarioLoad(LocustLoad):
+    """The scenario's load: Locust processes beside the harness, unless the run's stack
+    runs the load itself; then that participant does the whole job."""
+
+    def __init__(self, spec: LoadSpec, options: LoadOptions | None = None) -> None:
+        super().__init__(spec, options)
+        self.delegate: Participant | None = None
+
+    def start(self, run: RunView) -> None:
+        # The stack is known only now (participants are made before it).
+        host: ScenarioLoadHost | None = run.stack if isinstance(run.stack, LoadHost) else None
+        delegate = host.load_participant(self.spec, self.options) if host is not None else None
+        if delegate is None:
+            super().start(run)
+            return
+        self.delegate = delegate
+        delegate.start(run)
+
+    def stop(self) -> None:
+        if self.delegate is not None:
+            self.delegate.stop()
+            return
+        super().stop()
+
+    @property
+    def stats(self) -> SinkStats:
+        if self.delegate is not None:
+            got = getattr(self.delegate, "stats", None)
+            return got if isinstance(got, SinkStats) else SinkStats()
+        return super().stats
+
+
+def options_for(spec: LoadSpec) -> LoadOptions:
+    """Read the optional ``http`` fields of LoadSpec where the model has them."""
+    http = HttpRequestSpec(
+        target=getattr(spec, "target", None) or "agent",
+        path=getattr(spec, "path", None) or "/health",
+        method=getattr(spec, "method", None) or "GET",
+        body=getattr(spec, "body", None),
+        stream=bool(getattr(spec, "stream", False)),
+    )
+    think = getattr(spec, "think_time", None) or 0.0
+    return LoadOptions(http=http, think_time=float(think))
+
+
+def participants_for(scenario: Scenario) -> list[Participant]:
+    """Writer, scraper, load: the engine stops them in reverse, so the load stops first
+    and the writer sees every record and sample."""
+    spec = scenario.spec.load
+    try:
+        workload = Workload(spec.workload)
+    except ValueError as exc:
+        valid = ", ".join(w.value for w in Workload)
+        raise LoadError(f"unknown workload {spec.workload!r}; valid: {valid}") from exc
+    out: list[Participant] = [
+        TimeSeriesWriter(interval=spec.sample_interval),
+        MetricsScraper(interval=spec.sample_interval),
+    ]
+    if workload != Workload.NONE and spec.users > 0:
+        out.append(ScenarioLoad(spec, options_for(spec)))
+    return out
 
 
 def default_participants(scenario: Scenario) -> list[Participant]:
     """The load and observers a scenario asks for."""
-    try:
-        from faultday.load.participants import participants_for
-    except ImportError:  # the load/observe modules are not installed in this build
-        return []
     return participants_for(scenario)

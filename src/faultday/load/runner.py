@@ -24,10 +24,10 @@ from faultday.core.loadconfig import (
     ShapeSpec,
     Workload,
 )
+from faultday.core.protocols import RunView
 from faultday.core.scenario import LoadSpec
 from faultday.core.timebase import TimeBase
 from faultday.core.vocab import EventKind
-from faultday.engine.participants import RunView
 from faultday.errors import FaultdayError
 from faultday.load.sink import EventSink, SinkStats
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from faultday.core.clock import Clock
 from faultday.core.ledger import Ledger
+from faultday.core.protocols import StackDriver
 from faultday.core.records import Observations
 from faultday.core.scenario import Scenario
 from faultday.core.targets import Target
@@ -33,6 +34,10 @@ class StandaloneRun:
     @property
     def ledger(self) -> Ledger:
         return Ledger.in_dir(self.run_dir)
+
+    @property
+    def stack(self) -> StackDriver | None:
+        return None  # endpoints are given; no driver runs the stack (nor the load)
 
     def endpoints(self) -> dict[str, str]:
         return dict(self.urls)

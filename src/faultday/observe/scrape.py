@@ -10,10 +10,10 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from faultday.core.protocols import RunView
 from faultday.core.records import Sample
 from faultday.core.timebase import TimeBase
 from faultday.core.vocab import EventKind
-from faultday.engine.participants import RunView
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +46,10 @@ def scrape_urls(run: RunView) -> dict[str, str]:
         for c, base in run.endpoints().items()
         if base.startswith(("http://", "https://"))
     }
-    describe = getattr(getattr(run, "stack", None), "describe", None)
-    if describe is None:
+    if run.stack is None:
         return urls
     try:
-        for comp in describe().components:
+        for comp in run.stack.describe().components:
             port = comp.ports.get("metrics")
             if port:
                 # Triton serves metrics on their own port, not under its HTTP API.

@@ -8,9 +8,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from faultday.core.protocols import RunView
 from faultday.core.records import RequestRecord, Sample, bins, metric_values, percentile
 from faultday.core.vocab import EventKind
-from faultday.engine.participants import RunView
 
 CSV_NAME = "timeseries.csv"
 PREFIX = "load_"
