@@ -1,4 +1,4 @@
-"""Plugins by short name, from entry-point groups (STYLE.md §3).
+"""Plugins by short name, from entry-point groups.
 
 Entry points are read, never discovered by importing every module; an entry
 whose module cannot be imported (an optional extra missing) is reported as

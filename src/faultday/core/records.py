@@ -1,4 +1,4 @@
-"""Internal values observed during a run (frozen, slotted; STYLE.md §2)."""
+"""Internal values observed during a run (frozen, slotted dataclasses)."""
 
 from __future__ import annotations
 

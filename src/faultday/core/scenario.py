@@ -1,4 +1,4 @@
-"""Scenario model v1 (DESIGN.md §3). Frozen, strict: unknown keys are errors."""
+"""Scenario model v1 (docs/scenarios.md). Frozen, strict: unknown keys are errors."""
 
 from __future__ import annotations
 

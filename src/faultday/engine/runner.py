@@ -110,7 +110,7 @@ class _FaultCtx:
 
 
 class Run:
-    """One scenario run: the composition root (STYLE.md §1)."""
+    """One scenario run: the composition root, passed explicitly to every part."""
 
     def __init__(self, loaded: LoadedScenario, options: RunOptions) -> None:
         self.loaded = loaded

@@ -1,6 +1,6 @@
 """GPU faults on an LLM component: loss, hang, throttle, KV-cache pressure.
 
-Two kinds of target (DESIGN.md §5):
+Two kinds of target:
 
 * ``llmsim`` — the simulator's fault admin API (``POST /admin/faults``), which
   reproduces what vLLM does when its GPU fails;
@@ -22,11 +22,12 @@ from typing import ClassVar, TypeVar
 
 import httpx
 import psutil
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from faultday.core.targets import Revert, Target
 from faultday.errors import FaultdayError, InjectionError, RevertError
 from faultday.injectors.base import FaultContext, Injector, NoParams, RevertData
+from faultday_wire.admin import FaultKind, FaultSpec
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,17 @@ def admin_base(target: Target) -> str:
     return base.rstrip("/")
 
 
-def _post_fault(base: str, body: dict[str, JsonValue], target: str) -> None:
+def _spec(target: str, **fields: object) -> FaultSpec:
+    """The simulator's own body model: a value it would refuse fails here, before the call."""
+    try:
+        return FaultSpec.model_validate(fields)
+    except ValidationError as exc:
+        raise InjectionError(f"{target}: the simulator would refuse this fault: {exc}") from exc
+
+
+def _post_fault(base: str, spec: FaultSpec, target: str) -> None:
+    # Only the fields given, as the body always was: the simulator's defaults stay its own.
+    body = spec.model_dump(mode="json", exclude_unset=True)
     try:
         resp = httpx.post(f"{base}/admin/faults", json=body, timeout=ADMIN_TIMEOUT_S)
     except httpx.HTTPError as exc:
@@ -208,11 +219,12 @@ class GpuLoss(Injector[GpuLossParams, GpuData]):
     ) -> None:
         data = self.data(revert)
         if data.mode == LLMSIM:
-            body: dict[str, JsonValue] = (
-                {"kind": "oom"} if params.oom else {"kind": "xid", "xid": params.xid}
+            spec = (
+                _spec(target.name, kind=FaultKind.OOM, id=data.fault_id)
+                if params.oom
+                else _spec(target.name, kind=FaultKind.XID, xid=params.xid, id=data.fault_id)
             )
-            body["id"] = data.fault_id
-            _post_fault(data.admin, body, target.name)
+            _post_fault(data.admin, spec, target.name)
             log.info("%s: GPU lost (%s)", target.name, "oom" if params.oom else f"Xid {params.xid}")
             return
         pid, created = data.engine_pid, data.engine_create_time
@@ -266,7 +278,8 @@ class GpuHang(Injector[NoParams, GpuData]):
     def inject(self, ctx: FaultContext, target: Target, params: NoParams, revert: Revert) -> None:
         data = self.data(revert)
         if data.mode == LLMSIM:
-            _post_fault(data.admin, {"kind": "hang", "id": data.fault_id}, target.name)
+            spec = _spec(target.name, kind=FaultKind.HANG, id=data.fault_id)
+            _post_fault(data.admin, spec, target.name)
         else:
             pid, created = data.engine_pid, data.engine_create_time
             if not _signal(pid, created, signal.SIGSTOP):
@@ -285,7 +298,7 @@ class GpuHang(Injector[NoParams, GpuData]):
 class _AdminFault(Injector[AdminP, GpuData]):
     """A simulator-only fault posted to /admin/faults and cleared by id."""
 
-    kind: ClassVar[str]
+    kind: ClassVar[FaultKind]
     Data = GpuData
     component_types: ClassVar[frozenset[str] | None] = frozenset({LLMSIM})
 
@@ -295,10 +308,9 @@ class _AdminFault(Injector[AdminP, GpuData]):
 
     def inject(self, ctx: FaultContext, target: Target, params: AdminP, revert: Revert) -> None:
         data = self.data(revert)
-        body: dict[str, JsonValue] = {"kind": self.kind, "id": data.fault_id}
-        body["factor"] = float(params.factor)
-        _post_fault(data.admin, body, target.name)
-        log.info("%s: %s %s", target.name, self.kind, body.get("factor", ""))
+        spec = _spec(target.name, kind=self.kind, id=data.fault_id, factor=float(params.factor))
+        _post_fault(data.admin, spec, target.name)
+        log.info("%s: %s %s", target.name, self.kind, spec.factor)
 
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
         data = self.data(revert)
@@ -311,7 +323,7 @@ class GpuThrottle(_AdminFault[ThrottleParams]):
     name: ClassVar[str] = "gpu_throttle"
     summary: ClassVar[str] = "GPU clocks throttled: inter-token latency x factor (simulator)"
     Params = ThrottleParams
-    kind: ClassVar[str] = "throttle"
+    kind: ClassVar[FaultKind] = FaultKind.THROTTLE
 
 
 class KvPressure(_AdminFault[KvPressureParams]):
@@ -322,4 +334,4 @@ class KvPressure(_AdminFault[KvPressureParams]):
         "KV-cache capacity x factor: preemptions and latency spikes (simulator)"
     )
     Params = KvPressureParams
-    kind: ClassVar[str] = "kv_shrink"
+    kind: ClassVar[FaultKind] = FaultKind.KV_SHRINK

@@ -69,7 +69,7 @@ class ProxyCollector(Collector):
 
 
 def render_metrics(server: ProxyServer) -> bytes:
-    # A registry per call: no process-global collector state (STYLE.md).
+    # A registry per call: no process-global collector state.
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ProxyCollector(server))
     return generate_latest(registry)
