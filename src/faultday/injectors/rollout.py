@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from faultday.core.targets import Revert, Target
 from faultday.errors import InjectionError, RevertError
 from faultday.injectors.base import FaultContext, Injector, RevertData
+from faultday_wire.admin import CanaryShare
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,8 @@ def _current_share(base: str, *, target: str) -> float:
 
 def set_share(base: str, share: float, *, target: str) -> None:
     try:
-        resp = httpx.post(f"{base}/admin/canary", json={"share": share}, timeout=ADMIN_TIMEOUT_S)
+        body = CanaryShare(share=share).model_dump()  # the agent's own body model
+        resp = httpx.post(f"{base}/admin/canary", json=body, timeout=ADMIN_TIMEOUT_S)
     except httpx.HTTPError as exc:
         raise InjectionError(f"{target}: could not set the canary share: {exc}") from exc
     if resp.status_code != 200:

@@ -14,12 +14,13 @@ from abc import abstractmethod
 from typing import ClassVar, TypeVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from faultday.core.targets import Revert, Target
 from faultday.core.types import Duration
 from faultday.errors import InjectionError, RevertError
 from faultday.injectors.base import FaultContext, Injector, RevertData
+from faultday_wire.admin import ToolFault
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,15 @@ def delete_fault(base: str, fault_id: str, *, target: str) -> None:
         raise RevertError(f"{target}: clearing tool fault {fault_id} answered {resp.status_code}")
 
 
+def fault_body(**fields: JsonValue) -> dict[str, JsonValue]:
+    """The tool server's own body model, as sent (only the fields given): a value the server
+    would refuse fails here, before anything is recorded or injected."""
+    try:
+        return ToolFault.model_validate(fields).model_dump(mode="json", exclude_unset=True)
+    except ValidationError as exc:
+        raise InjectionError(f"the tool server would refuse this fault: {exc}") from exc
+
+
 class ToolFaultData(RevertData):
     """The fault as the tool server's admin API takes it, and where to clear it."""
 
@@ -118,12 +128,12 @@ class ToolOverload(_ToolFault[ToolOverloadParams]):
     Params = ToolOverloadParams
 
     def _body(self, params: ToolOverloadParams) -> dict[str, JsonValue]:
-        return {
-            "tools": list(params.tools) if params.tools is not None else None,
-            "concurrency": params.concurrency,
-            "queue": params.queue,
-            "error_rate": params.error_rate,
-        }
+        return fault_body(
+            tools=list(params.tools) if params.tools is not None else None,
+            concurrency=params.concurrency,
+            queue=params.queue,
+            error_rate=params.error_rate,
+        )
 
 
 class ToolTimeout(_ToolFault[ToolTimeoutParams]):
@@ -134,8 +144,8 @@ class ToolTimeout(_ToolFault[ToolTimeoutParams]):
     Params = ToolTimeoutParams
 
     def _body(self, params: ToolTimeoutParams) -> dict[str, JsonValue]:
-        return {
-            "tools": list(params.tools) if params.tools is not None else None,
-            "latency_s": params.latency,
-            "error_rate": params.error_rate,
-        }
+        return fault_body(
+            tools=list(params.tools) if params.tools is not None else None,
+            latency_s=params.latency,
+            error_rate=params.error_rate,
+        )
