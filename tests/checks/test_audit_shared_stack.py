@@ -18,7 +18,7 @@ def test_audit_found_in_the_shared_stack_folder(tmp_path: Path) -> None:
     (stack_dir / "agent" / "audit.jsonl").write_text(json.dumps(entry) + "\n")
     clock = SimpleNamespace(t0_wall=100.0)
     window = Window(WindowKind.RUN, "whole run", 0.0, 10.0)
-    alone = SimpleNamespace(run_dir=run_dir, clock=clock, time_scale=1.0)
+    alone = SimpleNamespace(run_dir=run_dir, clock=clock, time_scale=1.0, stack=None)
     assert read_audit(alone, "agent/audit.jsonl", window) is None  # type: ignore[arg-type]
     shared = SimpleNamespace(
         run_dir=run_dir, clock=clock, time_scale=1.0, stack=SimpleNamespace(run_dir=stack_dir)

@@ -49,7 +49,7 @@ def _find_audit(bases: list[Path], file: str) -> Path | None:
 def read_audit(ctx: CheckContext, file: str, window: Window) -> list[dict[str, Any]] | None:
     """Audit entries whose time falls in the window; None when there is no audit file."""
     # A shared stack (game day, pytest session) writes its audit log in its own folder.
-    stack_dir = getattr(getattr(ctx, "stack", None), "run_dir", None)
+    stack_dir = ctx.stack.run_dir if ctx.stack is not None else None
     bases = [b for b in (run_dir_of(ctx), stack_dir) if b is not None]
     path = _find_audit([Path(b) for b in bases], file)
     if path is None:
