@@ -10,10 +10,10 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from faultday.core.protocols import RunView
 from faultday.core.records import Sample
 from faultday.core.timebase import TimeBase
 from faultday.core.vocab import EventKind
-from faultday.engine.participants import RunView
 
 log = logging.getLogger(__name__)
 
