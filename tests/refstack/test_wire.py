@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,7 +21,9 @@ from faultday.checks import metrics as metric_checks
 from faultday.checks import requests as request_checks
 from faultday.checks.lint import DEPENDENCIES
 from faultday.core import durations as harness_durations
+from faultday.errors import InjectionError
 from faultday.injectors.gpu import GpuThrottle, KvPressure
+from faultday.injectors.tools import fault_body
 from faultday_refstack import durations as refstack_durations
 from faultday_refstack.agent.config import Timeouts
 from faultday_wire.admin import FaultKind
@@ -49,6 +52,21 @@ def test_checks_read_the_names_the_agent_exports() -> None:
 
 def test_simulator_fault_kinds_the_injectors_post_exist() -> None:
     assert {GpuThrottle.kind, KvPressure.kind} <= {k.value for k in FaultKind}
+
+
+def test_tool_fault_body_is_the_servers_model_as_sent() -> None:
+    # Only the fields given go on the wire, an explicit null included (null = every tool).
+    body = fault_body(tools=None, concurrency=0, queue=0, error_rate=0.5)
+    assert body == {"tools": None, "concurrency": 0, "queue": 0, "error_rate": 0.5}
+    assert fault_body(tools=["search_docs"], latency_s=1.5) == {
+        "tools": ["search_docs"],
+        "latency_s": 1.5,
+    }
+    # What the server would answer 422 to fails before anything is recorded.
+    with pytest.raises(InjectionError, match="latency_s"):
+        fault_body(latency_s=601.0)
+    with pytest.raises(InjectionError, match="extra"):
+        fault_body(latency=1.0)
 
 
 def test_lint_knows_the_agents_timeouts() -> None:
