@@ -58,11 +58,11 @@ class SubCommands:
 
 SUBCOMMANDS = (
     SubCommands("faultday.proxy.cli", ("proxy",), "The Toxiproxy-compatible fault proxy."),
-    SubCommands("faultday.stack.cli", ("stack",), "Bring the reference stack up and down."),
+    SubCommands("faultday.cli_stack", ("stack",), "Bring the reference stack up and down."),
     SubCommands("faultday.stack.sim", ("sim",), "Simulated components (the vLLM simulator)."),
     SubCommands("faultday.checks.cli", ("lint",)),
     SubCommands("faultday.cli_report", ("report", "gameday", "runbook")),
-    SubCommands("faultday.cluster.cli", ("k8s",)),
+    SubCommands("faultday.cli_k8s", ("k8s",)),
 )
 
 

@@ -7,11 +7,14 @@ the errors these commands raise to exit codes.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 import yaml
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from faultday.cluster.kubernetes import KubernetesStack
 
 app = typer.Typer(
     help="Kubernetes: dry-run plans, RBAC, manifests, load Jobs.", no_args_is_help=True
@@ -33,7 +36,8 @@ def register(app_: typer.Typer) -> None:
     app_.add_typer(app, name="k8s")
 
 
-def _stack(profile: str, config: Path | None, namespace: str | None):  # type: ignore[no-untyped-def]
+def _stack(profile: str, config: Path | None, namespace: str | None) -> KubernetesStack:
+    # Imported here for start-up time: the kubernetes client is slow to import.
     from faultday.cluster.config import KubernetesConfig, config_with, load_config
     from faultday.cluster.kubernetes import KubernetesStack
     from faultday.core.ledger import Ledger
