@@ -1,0 +1,49 @@
+"""The compose rendering on faultday's image: `docker-compose config` accepts it, and
+`docker-compose up -d` brings every service to healthy (Debian's docker-compose 1.29)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from faultday.cluster.compose import render_compose
+from faultday.core.profile import load_profile
+
+pytestmark = pytest.mark.docker
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_compose_rendering_is_accepted_and_comes_up_healthy(
+    engine: Any, nothing_left: Callable[[str], list[str]], tmp_path: Path
+) -> None:
+    """`docker-compose config` accepts it; `up -d` brings every service to healthy."""
+    project = "faultday-compose-test"
+    profile = load_profile("local", base_dir=REPO)
+    render_compose(profile, out=tmp_path, project=project)
+    dc = ["docker-compose", "-p", project, "-f", str(tmp_path / "compose.yaml")]
+    done = subprocess.run([*dc, "config", "-q"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    try:
+        t0 = time.monotonic()
+        up = subprocess.run([*dc, "up", "-d"], capture_output=True, text=True, timeout=600)
+        assert up.returncode == 0, up.stderr
+        flt = {"label": f"com.docker.compose.project={project}"}
+        deadline = time.monotonic() + 300
+        while True:
+            states = {
+                c.name: (c.attrs["State"].get("Health") or {}).get("Status")
+                for c in engine.containers.list(all=True, filters=flt)
+            }
+            if len(states) == len(profile.spec.components) and set(states.values()) == {"healthy"}:
+                break
+            assert time.monotonic() < deadline, states
+            time.sleep(1)
+        print(f"compose up -d healthy in {time.monotonic() - t0:.1f}s")
+    finally:
+        subprocess.run([*dc, "down", "-v", "--timeout", "5"], capture_output=True, timeout=300)
+    assert nothing_left(f"com.docker.compose.project={project}") == []
