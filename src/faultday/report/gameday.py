@@ -23,6 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from faultday.core.journal import Journal, RunVerdict
 from faultday.errors import FaultdayError, ScenarioError, UsageError
+from faultday.report import runbooks as rb
+from faultday.report.html import gameday_page
+from faultday.report.junit import write_junit
+from faultday.report.runbooks import Measured
 from faultday.report.view import not_evaluated, scenario_name
 
 if TYPE_CHECKING:
@@ -325,7 +329,6 @@ def trends(
 
 def measured(gd: GameDay) -> list[Measured]:
     """The game day's checks as runbooks quote them."""
-    from faultday.report.runbooks import Measured
 
     date = datetime.fromtimestamp(gd.started, UTC).strftime("%Y-%m-%d")
     return [
@@ -360,9 +363,6 @@ def render_gameday(
     ``runbook_facts`` describes the stack the runbooks are for; it is called only
     when runbook templates exist, and a FaultdayError from it becomes a note.
     """
-    from faultday.report import runbooks as rb
-    from faultday.report.html import gameday_page
-    from faultday.report.junit import write_junit
 
     write_junit(journals, folder / "junit.xml", name=f"faultday {gd.id}")
     runbook_note = ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,6 +13,7 @@ import jinja2
 from markupsafe import Markup
 
 from faultday.report import markdown
+from faultday.report.markdown import markdown_html
 
 if TYPE_CHECKING:
     from faultday.report.runbooks import RenderedRunbook, StackFacts
@@ -46,8 +48,6 @@ def relative_url(value: object) -> str:
 
 
 def _markdown(value: str) -> Markup:
-    from faultday.report.runbooks import markdown_html
-
     return Markup(markdown_html(value))  # noqa: S704 - markdown_html escapes raw HTML
 
 
@@ -111,8 +111,6 @@ def runbook_index_page(*, facts: StackFacts, runbooks: Sequence[RenderedRunbook]
 
 def gameday_page(**context: object) -> str:
     """The game day's ``index.html``: scorecard, resilience score, trend, links."""
-    from datetime import UTC, datetime
-
     env = environment()
     env.filters["when"] = lambda ts: (
         "—" if not ts else datetime.fromtimestamp(float(ts), UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import jinja2
+from markdown_it import MarkdownIt
 from markupsafe import Markup
 
 # Line breaks of CommonMark (\r, \n) plus those Python's str.splitlines() honours: a
@@ -119,3 +120,9 @@ def environment(loader_dir: Path) -> jinja2.Environment:
     )
     env.filters.update(md=_made(inline), code=_made(code), fence=_made(fence))
     return env
+
+
+def markdown_html(text: str) -> str:
+    """Markdown → HTML; raw HTML in the text is escaped, never passed through."""
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
+    return str(md.render(text))

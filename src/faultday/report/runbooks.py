@@ -17,10 +17,13 @@ from pathlib import Path
 
 import jinja2
 import yaml
+from markdown_it import MarkdownIt
 
 from faultday.core.journal import Journal
 from faultday.errors import FaultdayError, UsageError
 from faultday.report import markdown
+from faultday.report.html import runbook_index_page, runbook_page
+from faultday.report.markdown import markdown_html
 
 log = logging.getLogger(__name__)
 
@@ -434,14 +437,6 @@ def render_runbook(
         raise RunbookError(f"runbook {name!r} does not render: {exc}") from exc
 
 
-def markdown_html(text: str) -> str:
-    """Markdown → HTML; raw HTML in the text is escaped, never passed through."""
-    from markdown_it import MarkdownIt
-
-    md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
-    return str(md.render(text))
-
-
 def _lines(text: str) -> list[str]:
     # CommonMark's line endings only: str.splitlines() also splits at \u2028 and the
     # like, which would let a quoted value inside a fence look like a line of its own.
@@ -484,8 +479,6 @@ def headings(text: str) -> list[str]:
 
 def plain_text(inline_markdown: str) -> str:
     """What a reader sees of one line of Markdown (escapes and entities resolved)."""
-    from markdown_it import MarkdownIt
-
     tokens = MarkdownIt("commonmark", {"html": False}).parseInline(inline_markdown)
     return "".join(t.content for tok in tokens for t in tok.children or () if t.content)
 
@@ -506,8 +499,6 @@ def render_runbooks(
     names: Sequence[str] | None = None,
 ) -> list[RenderedRunbook]:
     """Write ``<name>.md`` and ``<name>.html`` per runbook, plus ``index.md``/``index.html``."""
-    from faultday.report.html import runbook_index_page, runbook_page
-
     out_dir.mkdir(parents=True, exist_ok=True)
     res = list(results)
     done: list[RenderedRunbook] = []
