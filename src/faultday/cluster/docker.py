@@ -263,10 +263,7 @@ class DockerStack:
         self._record()
         try:
             client.networks.create(self.network, driver="bridge", labels=self._owner_labels())
-            for service in self.start_order():
-                self._containers[service] = self._create(service)
-                self._containers[service].start()
-                self._wait_ready(service, deadline)
+            self._start_all(deadline)
         except self._errors() as exc:
             self.down()
             raise StackError(f"docker: {exc}") from exc
@@ -310,18 +307,38 @@ class DockerStack:
             client.images.pull(args["image"])
             return client.containers.create(**args)
 
-    def _wait_ready(self, service: str, deadline: float) -> None:
-        c = self._containers[service]
-        while True:
-            c.reload()
-            state = c.attrs.get("State", {})
-            health = (state.get("Health") or {}).get("Status")
-            if state.get("Status") in ("exited", "dead"):
-                raise StackError(f"{service} exited (code {state.get('ExitCode')})")
-            if health == "healthy" or (health is None and state.get("Running")):
-                return
+    def _start_all(self, deadline: float) -> None:
+        """Start each service once what it waits for is ready, many at a time: the stack is
+        up in the time of its longest dependency chain, not the sum of all start-ups."""
+        pending = self.start_order()
+        services = set(pending)
+        started: list[str] = []
+        ready: set[str] = set()
+        while pending or len(ready) < len(started):
+            for service in [s for s in pending if self.profile.wait_for(s) & services <= ready]:
+                self._containers[service] = self._create(service)
+                self._containers[service].start()
+                pending.remove(service)
+                started.append(service)
+            ready |= {s for s in started if s not in ready and self._is_ready(s)}
             if time.monotonic() >= deadline:
-                raise StackError(f"{service} not ready before the deadline (health {health})")
+                late = sorted(set(started) - ready) or pending
+                raise StackError(f"not ready before the deadline: {', '.join(late)}")
+            time.sleep(0.25)
+
+    def _is_ready(self, service: str) -> bool:
+        c = self._containers[service]
+        c.reload()
+        state = c.attrs.get("State", {})
+        health = (state.get("Health") or {}).get("Status")
+        if state.get("Status") in ("exited", "dead"):
+            raise StackError(f"{service} exited (code {state.get('ExitCode')})")
+        return health == "healthy" or (health is None and bool(state.get("Running")))
+
+    def _wait_ready(self, service: str, deadline: float) -> None:
+        while not self._is_ready(service):
+            if time.monotonic() >= deadline:
+                raise StackError(f"{service} not ready before the deadline")
             time.sleep(0.5)
 
     def down(self) -> None:
