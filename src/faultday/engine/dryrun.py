@@ -10,7 +10,10 @@ from rich.table import Table
 from rich.text import Text
 
 from faultday.core.durations import format_duration
+from faultday.core.ledger import Ledger
+from faultday.core.profile import load_profile
 from faultday.engine.plan import Plan
+from faultday.engine.stacks import build_stack
 from faultday.scenario.loader import stack_ref
 
 
@@ -89,10 +92,6 @@ def render_plan(
 
 
 def _components(stack: str, base_dir: Path) -> list[str]:
-    try:
-        from faultday.core.profile import load_profile
-    except ImportError:
-        return []
     profile = load_profile(stack, base_dir=base_dir)
     return list(profile.start_order())
 
@@ -103,9 +102,6 @@ def _driver_touches(
     """Objects a driver would change, for drivers that can say (``dry_run(scenario)``)."""
     if driver == "process":
         return []
-    from faultday.core.ledger import Ledger
-    from faultday.engine.stacks import build_stack
-
     spec = plan.scenario.spec
     # The driver is only built (no connection is made); its folder is thrown away.
     with tempfile.TemporaryDirectory(prefix="faultday-dry-") as tmp:

@@ -14,6 +14,7 @@ from faultday.core.protocols import StackDriver
 from faultday.core.targets import Target
 from faultday.errors import FaultdayError
 from faultday.injectors.base import injector_registry
+from faultday.stack.supervisor import stop_marked_processes, stop_recorded_processes
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +129,6 @@ def stop_run_processes(ledger: Ledger, result: RecoverResult) -> list[str]:
     Also what ``faultday stack down`` does for a stack an earlier ``stack up`` left running.
     Counts go into ``result``; returns one message per process and per removed path.
     """
-    try:
-        from faultday.stack.supervisor import stop_marked_processes, stop_recorded_processes
-    except ImportError as exc:  # a build without the stack driver
-        n = len(ledger.outstanding_processes())
-        return [f"cannot stop {n} processes: {exc}"] if n else []
     messages = stop_recorded_processes(ledger)
     result.stopped += len(messages)
     # Then whatever still carries the run's marker: spawned before its PID reached the

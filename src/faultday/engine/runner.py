@@ -37,6 +37,7 @@ from faultday.engine.plan import Plan, make_plan
 from faultday.errors import FaultdayError, InjectionError, StackError
 from faultday.injectors.base import AnyInjector, injector_registry
 from faultday.scenario.loader import LoadedScenario
+from faultday.stack.supervisor import stop_marked_processes
 
 log = logging.getLogger(__name__)
 
@@ -571,10 +572,6 @@ class Run:
         spawned while a signal cut a start-up short, or one that left its group, is
         found here by its marker and stopped (and the sweep is journaled).
         """
-        try:
-            from faultday.stack.supervisor import stop_marked_processes
-        except ImportError:  # a build without the process driver started no process
-            return
         done = stop_marked_processes(self.ledger)
         if done.messages:
             log.warning("stopped leftovers of the run: %s", "; ".join(done.messages))

@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from faultday.core.plugins import DRIVERS, Registry
+from faultday.core.profile import load_profile
 from faultday.core.protocols import StackDriver
-from faultday.errors import FaultdayError, StackError, UsageError
+from faultday.errors import FaultdayError, UsageError
 from faultday.scenario.loader import stack_ref
 
 if TYPE_CHECKING:
@@ -26,10 +27,6 @@ def build_stack(
     driver_config: Path | None = None,
 ) -> StackDriver:
     """A stack for the profile ``stack`` names, run by ``driver``; not started yet."""
-    try:
-        from faultday.core.profile import load_profile
-    except ImportError as exc:
-        raise StackError(f"the stack driver is not installed: {exc}") from exc
     drivers: Registry[object] = Registry(DRIVERS, "driver")
     try:
         cls: Any = drivers.get(driver)

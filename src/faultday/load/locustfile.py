@@ -19,6 +19,7 @@ import time
 import uuid
 from typing import Any
 
+import gevent  # type: ignore[import-untyped]
 from gevent.lock import Semaphore  # type: ignore[import-untyped]
 from locust import FastHttpUser, LoadTestShape, constant, events, task
 from locust.exception import StopUser
@@ -235,8 +236,6 @@ class FaultdayUser(FastHttpUser):
         return status, data if isinstance(data, dict) else {}
 
     def _sleep(self, seconds: float) -> None:
-        import gevent  # type: ignore[import-untyped]
-
         gevent.sleep(seconds)
 
     # ---- one request, measured --------------------------------------------------------

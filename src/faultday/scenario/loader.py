@@ -11,6 +11,7 @@ from typing import TypeVar
 from pydantic import BaseModel, JsonValue, ValidationError
 
 from faultday.checks.base import AnyCheck, check_registry
+from faultday.core.durations import parse_duration
 from faultday.core.plugins import Registry, did_you_mean
 from faultday.core.scenario import MAX_CHECKS, MAX_FAULTS, MAX_PATH, CheckSpec, Fault, Scenario
 from faultday.core.targets import TargetKind
@@ -107,8 +108,6 @@ class _Validator:
     @staticmethod
     def _duration(spec: dict[str, object]) -> float | None:
         try:
-            from faultday.core.durations import parse_duration
-
             return parse_duration(spec["duration"]) if "duration" in spec else None
         except ValueError:
             return None
@@ -275,8 +274,6 @@ class _Validator:
     def _recovery_room(
         self, spec: dict[str, object], faults: dict[str, Fault], duration: float
     ) -> None:
-        from faultday.core.durations import parse_duration
-
         try:
             recovery = parse_duration(spec.get("recovery", "10s"))
         except ValueError:

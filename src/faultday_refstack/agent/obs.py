@@ -175,7 +175,8 @@ def make_tracer_provider(*, service: str, jsonl: Path | None) -> TracerProvider:
         )
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found]
+            # Optional dependency: OTLP export only when an endpoint is set.
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found]  # noqa: PLC0415
                 OTLPSpanExporter,
             )
         except ImportError:

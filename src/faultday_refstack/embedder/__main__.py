@@ -35,7 +35,8 @@ def _encoder(kind: str, dim: int) -> Callable[[list[str]], npt.NDArray[np.float3
         return lambda texts: embed(texts, dim)
     if kind == "minilm":
         try:
-            from sentence_transformers import (  # type: ignore[import-not-found]
+            # Optional dependency: only the minilm encoder needs sentence-transformers.
+            from sentence_transformers import (  # type: ignore[import-not-found]  # noqa: PLC0415
                 SentenceTransformer,
             )
         except ImportError as exc:
@@ -70,8 +71,9 @@ def _wait_for_server_ready(
     client: Any, timeout_s: float | None = None, headers: dict[str, str] | None = None
 ) -> None:
     """``pytriton.client.utils.wait_for_server_ready`` polling every 20 ms, not every second."""
-    from pytriton.client.exceptions import PyTritonClientTimeoutError
-    from tritonclient.utils import InferenceServerException
+    # Start-up time: PyTriton's import is slow (see main).
+    from pytriton.client.exceptions import PyTritonClientTimeoutError  # noqa: PLC0415
+    from tritonclient.utils import InferenceServerException  # noqa: PLC0415
 
     deadline = time.monotonic() + (timeout_s if timeout_s is not None else SERVER_READY_TIMEOUT_S)
     while True:
@@ -126,10 +128,10 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.pop("PYTRITON_NO_TENSORSTORE", None)
 
     # PyTriton is imported late: its import is slow and needs numpy<2.
-    import pytriton.triton
-    from pytriton.decorators import batch
-    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
-    from pytriton.triton import Triton, TritonConfig
+    import pytriton.triton  # noqa: PLC0415
+    from pytriton.decorators import batch  # noqa: PLC0415
+    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor  # noqa: PLC0415
+    from pytriton.triton import Triton, TritonConfig  # noqa: PLC0415
 
     # PyTriton polls the tritonserver it just started once a second; it is up in
     # ~50 ms, so that sleep was a whole second of every start.

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from faultday.core.components import ProbeKind
-from faultday.core.profile import StackProfile
+from faultday.core.profile import TEMPLATE_RE, StackProfile
 from faultday.errors import UsageError
 from faultday.stack.render.embedder_model import CONFIG_PBTXT, MODEL_PY
 from faultday_wire.webguard import ALLOWED_HOSTS_ENV
@@ -121,8 +121,6 @@ class _Ctx:
         return argv
 
     def _render_arg(self, c: str, text: str, *, k8s: bool) -> str:
-        from faultday.core.profile import TEMPLATE_RE
-
         def sub(m: Any) -> str:  # noqa: PLR0911 - one branch per template key
             key, arg = m.group(1), m.group(2)
             if key in ("url", "endpoint"):
