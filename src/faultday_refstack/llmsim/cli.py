@@ -14,6 +14,7 @@ from faultday_refstack.llmsim.config import LengthDist, load_config
 _ENGINE = "Engine"
 _STEP = "Step-time model"
 _OUT = "Output"
+_GPU = "Simulated GPU (dcgm-exporter metrics)"
 
 
 def llm(
@@ -65,6 +66,18 @@ def llm(
         ),
     ] = None,
     watchdog_s: Annotated[float | None, typer.Option(help="Engine-death watchdog period.")] = None,
+    gpu_index: Annotated[
+        int | None, typer.Option(rich_help_panel=_GPU, help="The `gpu` label (device nvidiaN).")
+    ] = None,
+    gpu_uuid: Annotated[
+        str | None, typer.Option(rich_help_panel=_GPU, help="UUID label; default from host+port.")
+    ] = None,
+    gpu_sample_s: Annotated[
+        float | None, typer.Option(rich_help_panel=_GPU, help="Averaging of power/utilisation.")
+    ] = None,
+    gpu_thermal_tau_s: Annotated[
+        float | None, typer.Option(rich_help_panel=_GPU, help="Temperature time constant.")
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
     access_log: Annotated[bool, typer.Option(help="Log every HTTP request.")] = False,
     port_file: Annotated[str, typer.Option(help="Write the bound port to this file.")] = "",
@@ -99,6 +112,10 @@ def llm(
         "version": version,
         "exit_on_engine_death": exit_on_engine_death,
         "watchdog_s": watchdog_s,
+        "gpu.index": gpu_index,
+        "gpu.uuid": gpu_uuid,
+        "gpu.sample_s": gpu_sample_s,
+        "gpu.thermal_tau_s": gpu_thermal_tau_s,
     }
     try:
         cfg = load_config(config, overrides)

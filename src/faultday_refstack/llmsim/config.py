@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from faultday_refstack.errors import UsageError
 
@@ -82,6 +82,50 @@ class ToolPolicy(BaseModel):
     select: ToolSelect = ToolSelect.FIRST
 
 
+class GpuConfig(BaseModel):
+    """The simulated GPU behind the engine, as dcgm-exporter reports it (``llmsim.gpu``).
+
+    Defaults describe an H100 SXM 80GB; power, clocks and temperatures follow
+    the engine's steps through the model in ``llmsim/gpu.py``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    index: int = Field(default=0, ge=0)  # the ``gpu`` label; ``device`` is nvidia<index>
+    uuid: str = ""  # "" derives a stable one from the host name, port and index
+    hostname: str = ""  # "" is the machine's host name, as dcgm-exporter labels it
+    model_name: str = "NVIDIA H100 80GB HBM3"
+    driver_version: str = "570.133.20"
+    fb_total_mib: int = Field(default=81559, ge=1024)
+    fb_reserved_mib: int = Field(default=469, ge=0)
+    context_mib: int = Field(default=1024, ge=0)  # CUDA context, graphs, activation workspace
+    tdp_w: float = Field(default=700.0, gt=0)
+    idle_w: float = Field(default=72.0, gt=0)
+    max_sm_clock_mhz: int = Field(default=1980, ge=1)
+    idle_sm_clock_mhz: int = Field(default=345, ge=1)
+    mem_clock_mhz: int = Field(default=2619, ge=1)
+    mem_bandwidth_gbs: float = Field(default=3350.0, gt=0)
+    peak_tflops: float = Field(default=989.0, gt=0)  # dense bf16
+    ambient_c: float = 30.0
+    c_per_w: float = Field(default=0.06, ge=0)  # steady-state rise over ambient per watt
+    mem_offset_c: float = 6.0  # HBM runs a little hotter than the die sensor
+    slowdown_temp_c: float = 87.0
+    mem_slowdown_temp_c: float = 95.0
+    thermal_tau_s: float = Field(default=20.0, gt=0)
+    sample_s: float = Field(default=1.0, gt=0)  # averaging of power and utilisation gauges
+    # Per step, the share of its base time the GPU waits on the host (scheduling, sampling):
+    # why utilisation rises with batch size instead of reading 100 % from the first request.
+    host_gap_frac: float = Field(default=0.25, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> GpuConfig:
+        if self.idle_w >= self.tdp_w:
+            raise ValueError("gpu.idle_w must be below gpu.tdp_w")
+        if self.fb_reserved_mib >= self.fb_total_mib:
+            raise ValueError("gpu.fb_reserved_mib must be below gpu.fb_total_mib")
+        return self
+
+
 class SimConfig(BaseModel):
     """Everything the simulator needs; the CLI's flags override a config file's values."""
 
@@ -111,6 +155,7 @@ class SimConfig(BaseModel):
     exit_on_engine_death: bool = True  # vLLM's default (VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=0)
     watchdog_s: float = Field(default=5.0, gt=0)  # vLLM's API-server watchdog period
     gpu_pci: str = "0000:01:00"  # in NVRM log lines
+    gpu: GpuConfig = GpuConfig()
 
     @property
     def name(self) -> str:

@@ -92,6 +92,7 @@ class StepPlan:
     decode_seqs: int
     num_preempted: int
     preempted: list[SimRequest]
+    context_tokens: int = 0  # KV tokens the step's attention reads (the GPU model's bytes)
 
 
 @dataclass(slots=True)
@@ -293,7 +294,9 @@ class Engine:
         )
         num_preempted = len(preempted) + self._pending_preempted
         self._pending_preempted = 0
-        return StepPlan(now, duration, scheduled, prefill, decode, num_preempted, preempted)
+        return StepPlan(
+            now, duration, scheduled, prefill, decode, num_preempted, preempted, context_tokens=ctx
+        )
 
     def _prefill_cap(self) -> int:
         cap = self.config.long_prefill_token_threshold

@@ -23,7 +23,15 @@ from pydantic import BaseModel, ConfigDict
 # The body of POST /admin/faults is shared with the harness's injectors.
 from faultday_wire.admin import FaultKind, FaultSpec
 
-__all__ = ["FATAL_KINDS", "ActiveFault", "FaultKind", "FaultSpec", "activate", "kernel_line"]
+__all__ = [
+    "FATAL_KINDS",
+    "ActiveFault",
+    "FaultKind",
+    "FaultSpec",
+    "activate",
+    "kernel_line",
+    "xid_of",
+]
 
 
 FATAL_KINDS = frozenset({FaultKind.XID, FaultKind.OOM})
@@ -69,20 +77,26 @@ def activate(spec: FaultSpec) -> ActiveFault:
     return ActiveFault(id=fid, kind=spec.kind, xid=xid, factor=factor, since=time.time())
 
 
+# The Xid the driver reports for each kind that has one (xid: the one asked for).
+_KIND_XID = {FaultKind.HANG: 119, FaultKind.KV_SHRINK: 63, FaultKind.ECC_SBE: 92}
+
+
+def xid_of(spec: FaultSpec) -> int | None:
+    """The Xid this fault makes the driver report (kernel log and DCGM_FI_DEV_XID_ERRORS)."""
+    if spec.kind == FaultKind.XID:
+        return spec.xid
+    return _KIND_XID.get(spec.kind)
+
+
 def kernel_line(spec: FaultSpec, *, pci: str, boot: float) -> str:
     """A dmesg-style line, as the NVIDIA kernel driver would write for this fault."""
     stamp = f"[{time.monotonic() - boot + 1000.0:12.6f}]"
     pid = os.getpid()
     head = f"{stamp} NVRM: Xid (PCI:{pci}):"
-    if spec.kind == FaultKind.XID:
-        text = XID_TEXT.get(spec.xid, "Unknown error")
-        return f"{head} {spec.xid}, pid={pid}, name=VLLM::EngineCore, {text}"
-    if spec.kind == FaultKind.HANG:
-        return f"{head} 119, pid={pid}, name=VLLM::EngineCore, {XID_TEXT[119]}"
-    if spec.kind == FaultKind.KV_SHRINK:
-        return f"{head} 63, pid={pid}, name=VLLM::EngineCore, {XID_TEXT[63]}"
-    if spec.kind == FaultKind.ECC_SBE:
-        return f"{head} 92, pid={pid}, name=VLLM::EngineCore, {XID_TEXT[92]}"
+    xid = xid_of(spec)
+    if xid is not None:
+        text = XID_TEXT.get(xid, "Unknown error")
+        return f"{head} {xid}, pid={pid}, name=VLLM::EngineCore, {text}"
     if spec.kind == FaultKind.THROTTLE:
         return (
             f"{stamp} NVRM: GPU at PCI:{pci}: GPU-0: clocks event reason HW Slowdown "

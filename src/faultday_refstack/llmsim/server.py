@@ -39,7 +39,9 @@ from faultday_refstack.llmsim.faults import (
     FaultSpec,
     activate,
     kernel_line,
+    xid_of,
 )
+from faultday_refstack.llmsim.gpu import IDLE, SimGpu, identity
 from faultday_refstack.llmsim.metrics import HTTP_EXCLUDED, VllmMetrics
 from faultday_refstack.llmsim.protocol import (
     ChatCompletionRequest,
@@ -234,7 +236,12 @@ class LlmSim:
     """The simulator: config, engine, metrics, faults; an ASGI application."""
 
     def __init__(
-        self, config: SimConfig, *, listen_host: str, allowed_hosts: tuple[str, ...] = ()
+        self,
+        config: SimConfig,
+        *,
+        listen_host: str,
+        allowed_hosts: tuple[str, ...] = (),
+        listen_port: int = 0,
     ) -> None:
         self.config = config
         # Where it listens and the extra Host names: what the browser guard checks against.
@@ -257,6 +264,8 @@ class LlmSim:
         self._prompt_total = 0  # for the periodic throughput log line
         self._gen_total = 0
         self.boot = time.monotonic()
+        # The port tells replicas on one host apart: it seeds the GPU's UUID.
+        self.gpu = SimGpu(config, identity(config, port=listen_port), now=self.boot)
         self._wake = asyncio.Event()
         self._resume = asyncio.Event()
         self._resume.set()
@@ -358,6 +367,7 @@ class LlmSim:
                 t = -1.0
                 continue
             if not engine.has_work:
+                self.gpu.set_activity(time.monotonic(), IDLE)
                 self._wake.clear()
                 self._record_scheduler()
                 await self._wake.wait()
@@ -371,6 +381,7 @@ class LlmSim:
                 t = now
             plan = engine.plan(t)
             end = t + plan.duration
+            self._gpu_step(plan.duration, plan.scheduled, plan.context_tokens)
             lead = min(plan.duration / 2, self._burst_ema / 2 + self._late_ema)
             await self._sleep_until(end - lead)
             if not self._resume.is_set():  # hung mid-step: the step completes on resume
@@ -389,6 +400,13 @@ class LlmSim:
                 burst = self._last_write - self._publish_at
                 self._burst_ema += 0.2 * (min(burst, plan.duration) - self._burst_ema)
             t = end
+
+    def _gpu_step(
+        self, duration: float, scheduled: list[tuple[SimRequest, int]], context: int
+    ) -> None:
+        tokens = sum(n for _, n in scheduled)
+        activity = self.gpu.step_activity(duration=duration, tokens=tokens, context_tokens=context)
+        self.gpu.set_activity(time.monotonic(), activity)
 
     async def _sleep_until(self, when: float) -> None:
         delay = when - time.monotonic()
@@ -428,6 +446,7 @@ class LlmSim:
     def apply_fault(self, spec: FaultSpec) -> ActiveFault:
         gpu_log.error("%s", kernel_line(spec, pci=self.config.gpu_pci, boot=self.boot))
         fault = activate(spec)
+        self._gpu_fault(spec)
         if spec.kind == FaultKind.ECC_SBE:
             self.ecc_sbe_count += 1
             return fault
@@ -437,6 +456,20 @@ class LlmSim:
         else:
             self._apply_effects()
         return fault
+
+    def _gpu_fault(self, spec: FaultSpec) -> None:
+        """What the fault leaves in the GPU's own counters (the lasting part)."""
+        gpu = self.gpu
+        gpu.advance(time.monotonic())
+        xid = xid_of(spec)
+        if xid is not None:
+            gpu.record_xid(xid)
+        if spec.kind == FaultKind.ECC_SBE:
+            gpu.ecc_sbe += 1
+        elif spec.kind == FaultKind.KV_SHRINK:
+            gpu.remapped_correctable += 1  # Xid 63: a row marked for remapping
+        elif spec.kind == FaultKind.OOM:
+            gpu.oom = True
 
     def clear_faults(self, fault_id: str | None) -> list[str]:
         ids = [fault_id] if fault_id else list(self.faults)
@@ -462,6 +495,10 @@ class LlmSim:
                 kv_factor *= f.factor
         self.engine.slowdown = slowdown
         blocks = max(1, int(self.config.num_gpu_blocks * kv_factor))
+        self.gpu.advance(time.monotonic())  # what came before counts at the old state
+        self.gpu.slowdown = slowdown
+        self.gpu.hung = hung
+        self.gpu.lost_blocks = self.config.num_gpu_blocks - blocks
         if blocks != self.engine.kv.capacity:
             n = self.engine.set_kv_capacity(blocks)
             log.warning("KV capacity now %d blocks; %d requests preempted", blocks, n)
@@ -483,6 +520,7 @@ class LlmSim:
         log.error("AsyncLLM output_handler failed. EngineDeadError: %s", ENGINE_DEAD_MESSAGE)
         if self._engine_task is not None:
             self._engine_task.cancel()
+        self.gpu.set_activity(time.monotonic(), IDLE)
         self.engine.fail_all()
         for lv in self.live.values():
             lv.error = True
@@ -586,7 +624,9 @@ class LlmSim:
         await send_json(send, 200, {"server_load": len(self.live)})
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = generate_latest(self.metrics.registry)
+        # One scrape sees the engine and its GPU, as a sidecar dcgm-exporter would add it.
+        gpu = self.gpu.render(time.monotonic(), kv_blocks_used=self.engine.kv.num_used)
+        body = generate_latest(self.metrics.registry) + gpu.encode()
         await send_bytes(send, 200, body, [(b"content-type", CONTENT_TYPE_LATEST.encode())])
 
     async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -1151,7 +1191,9 @@ def serve(
         Path(port_file).write_text(str(actual), encoding="utf-8")
 
     async def main() -> int:
-        sim = LlmSim(config, listen_host=host, allowed_hosts=allowed_hosts_from_env())
+        sim = LlmSim(
+            config, listen_host=host, allowed_hosts=allowed_hosts_from_env(), listen_port=actual
+        )
         uv_config = uvicorn.Config(
             sim,
             log_level=log_level,
