@@ -12,12 +12,12 @@ from kube_standin import KubeStandIn
 
 from conftest import LLM_LABELS, NS, PART_OF, Ctx, engine_inject
 from faultday.cluster.guards import BlastRadiusError
+from faultday.cluster.k8s_faults import ChaosMesh, NodeGpuLoss, PodDelete
 from faultday.cluster.kubernetes import KubernetesStack
 from faultday.core.ledger import Ledger
 from faultday.engine.recover import recover_run
 from faultday.errors import InjectionError
 from faultday.injectors.base import injector_registry
-from faultday.injectors.k8s import ChaosMesh, NodeGpuLoss, PodDelete
 
 GPU = {"nvidia.com/gpu.present": "true"}
 NODE = "/api/v1/nodes/gpu-node-1"
