@@ -14,7 +14,7 @@ from faultday.cluster.docker import DockerConfig, DockerStack
 from faultday.cluster.kubernetes import KubernetesStack
 from faultday.core.ledger import Ledger
 from faultday.core.profile import StackProfile, load_profile
-from faultday.core.protocols import Interruptible, LoadHost, StackDriver
+from faultday.core.protocols import DryRunnable, Interruptible, LoadHost, StackDriver
 from faultday.core.scenario import LoadSpec
 from faultday.load.runner import LoadOptions
 from faultday.stack.stack import Stack
@@ -87,9 +87,11 @@ def test_signatures_match_the_protocol(
 
 def test_optional_abilities_are_declared_per_driver(profile: StackProfile, tmp_path: Path) -> None:
     made = {d: _make(d, profile, tmp_path / d) for d in DRIVERS}
-    # Only the process driver can cut a start-up short; only kubernetes runs the load itself.
+    # Only the process driver can cut a start-up short; only kubernetes runs the load itself
+    # and lists the objects a run would touch.
     assert {d for d, s in made.items() if isinstance(s, Interruptible)} == {"process"}
     assert {d for d, s in made.items() if isinstance(s, LoadHost)} == {"kubernetes"}
+    assert {d for d, s in made.items() if isinstance(s, DryRunnable)} == {"kubernetes"}
 
 
 def test_a_driver_missing_a_member_is_not_a_stack_driver(
@@ -111,4 +113,5 @@ def _typed(process: Stack, docker: DockerStack, kubernetes: KubernetesStack) -> 
     drivers: list[StackDriver] = [process, docker, kubernetes]
     interruptible: Interruptible = process
     host: LoadHost[LoadSpec, LoadOptions] = kubernetes
-    assert drivers and interruptible and host
+    lister: DryRunnable = kubernetes
+    assert drivers and interruptible and host and lister

@@ -7,8 +7,8 @@ kubernetes) and ``Run`` satisfy them structurally. ``tests/core/test_protocols.p
 checks each driver against :class:`StackDriver`, signatures included.
 
 Optional driver abilities are small protocols of their own (:class:`Interruptible`,
-:class:`LoadHost`), checked with ``isinstance``: a driver declares one by having
-its method, and the type checker sees the method's signature after the check.
+:class:`LoadHost`, :class:`DryRunnable`), checked with ``isinstance``: a driver declares
+one by having its method, and the type checker sees the method's signature after the check.
 
 Where a contract needs something of the scenario or the plan (which live above
 core), it names only the fields it reads (:class:`ScenarioView`, :class:`PlanView`),
@@ -23,12 +23,14 @@ from typing import Protocol, TypeVar, runtime_checkable
 from faultday.core.clock import Clock
 from faultday.core.ledger import Ledger
 from faultday.core.records import Observations
+from faultday.core.scenario import Scenario
 from faultday.core.stackinfo import StackInfo
 from faultday.core.targets import Target
 from faultday.core.windows import Window, WindowKind
 
 __all__ = [
     "CheckContext",
+    "DryRunnable",
     "FaultContext",
     "Interruptible",
     "LoadHost",
@@ -106,6 +108,14 @@ class Interruptible(Protocol):
     def interrupt(self) -> None:
         """End every wait for readiness now and start nothing more."""
         ...
+
+
+@runtime_checkable
+class DryRunnable(Protocol):
+    """A driver that can list every object a run would touch, connecting to nothing
+    (kubernetes: ``faultday run --dry-run --driver kubernetes``)."""
+
+    def dry_run(self, scenario: Scenario) -> list[str]: ...
 
 
 # The load host's own types (the scenario's load spec, the load options) live above core.

@@ -12,6 +12,7 @@ from rich.text import Text
 from faultday.core.durations import format_duration
 from faultday.core.ledger import Ledger
 from faultday.core.profile import load_profile
+from faultday.core.protocols import DryRunnable
 from faultday.engine.plan import Plan
 from faultday.engine.stacks import build_stack
 from faultday.scenario.loader import stack_ref
@@ -115,8 +116,7 @@ def _driver_touches(
             driver=driver,
             driver_config=driver_config,
         )
-    dry_run = getattr(stack, "dry_run", None)
-    if dry_run is None:
+    if not isinstance(stack, DryRunnable):
         return [Text(f"the {driver} driver cannot list the objects it would touch")]
-    lines = [str(x) for x in dry_run(plan.scenario)]
+    lines = [str(x) for x in stack.dry_run(plan.scenario)]
     return [Text(f"objects the {driver} driver would touch:", style="bold"), *map(Text, lines)]
