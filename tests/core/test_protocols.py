@@ -14,7 +14,13 @@ from faultday.cluster.docker import DockerConfig, DockerStack
 from faultday.cluster.kubernetes import KubernetesStack
 from faultday.core.ledger import Ledger
 from faultday.core.profile import StackProfile, load_profile
-from faultday.core.protocols import DryRunnable, Interruptible, LoadHost, StackDriver
+from faultday.core.protocols import (
+    ConfigurableDriver,
+    DryRunnable,
+    Interruptible,
+    LoadHost,
+    StackDriver,
+)
 from faultday.core.scenario import LoadSpec
 from faultday.load.runner import LoadOptions
 from faultday.stack.stack import Stack
@@ -92,6 +98,9 @@ def test_optional_abilities_are_declared_per_driver(profile: StackProfile, tmp_p
     assert {d for d, s in made.items() if isinstance(s, Interruptible)} == {"process"}
     assert {d for d, s in made.items() if isinstance(s, LoadHost)} == {"kubernetes"}
     assert {d for d, s in made.items() if isinstance(s, DryRunnable)} == {"kubernetes"}
+    # A settings file of their own (--driver-config): a property of the class.
+    configurable = {d for d, s in made.items() if isinstance(type(s), ConfigurableDriver)}
+    assert configurable == {"docker", "kubernetes"}
 
 
 def test_a_driver_missing_a_member_is_not_a_stack_driver(
@@ -114,4 +123,5 @@ def _typed(process: Stack, docker: DockerStack, kubernetes: KubernetesStack) -> 
     interruptible: Interruptible = process
     host: LoadHost[LoadSpec, LoadOptions] = kubernetes
     lister: DryRunnable = kubernetes
-    assert drivers and interruptible and host and lister
+    configs: list[ConfigurableDriver] = [DockerStack, KubernetesStack]
+    assert drivers and interruptible and host and lister and configs

@@ -20,6 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
+from pydantic import BaseModel
+
 from faultday.core.clock import Clock
 from faultday.core.ledger import Ledger
 from faultday.core.records import Observations
@@ -30,6 +32,7 @@ from faultday.core.windows import Window, WindowKind
 
 __all__ = [
     "CheckContext",
+    "ConfigurableDriver",
     "DryRunnable",
     "FaultContext",
     "Interruptible",
@@ -116,6 +119,16 @@ class DryRunnable(Protocol):
     (kubernetes: ``faultday run --dry-run --driver kubernetes``)."""
 
     def dry_run(self, scenario: Scenario) -> list[str]: ...
+
+
+@runtime_checkable
+class ConfigurableDriver(Protocol):
+    """A driver *class* with a settings file of its own (``faultday run --driver-config``):
+    docker and kubernetes. Checked on the class, before a driver is built."""
+
+    def load_config(self, path: Path) -> BaseModel:
+        """The validated settings, passed to the driver as ``config``."""
+        ...
 
 
 # The load host's own types (the scenario's load spec, the load options) live above core.

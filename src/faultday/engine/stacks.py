@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from faultday.core.plugins import DRIVERS, Registry
 from faultday.core.profile import load_profile
-from faultday.core.protocols import StackDriver
+from faultday.core.protocols import ConfigurableDriver, StackDriver
 from faultday.errors import FaultdayError, UsageError
 from faultday.scenario.loader import stack_ref
 
@@ -34,10 +34,9 @@ def build_stack(
         raise UsageError(str(exc)) from exc
     kwargs: dict[str, Any] = {}
     if driver_config is not None:
-        loader = getattr(cls, "load_config", None)
-        if loader is None:
+        if not isinstance(cls, ConfigurableDriver):
             raise UsageError(f"the {driver} driver takes no --driver-config")
-        kwargs["config"] = loader(driver_config)
+        kwargs["config"] = cls.load_config(driver_config)
     profile = load_profile(stack_ref(stack, scenario_file), base_dir=base_dir)
     # Drivers differ in their settings (``config``); what they build is a StackDriver.
     built: StackDriver = cls(profile, run_dir=run_dir, ledger=ledger, policy=policy, **kwargs)
