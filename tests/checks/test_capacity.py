@@ -12,6 +12,7 @@ from faultday.checks.base import check_registry
 from faultday.checks.capacity import StepSpan, step_spans
 from faultday.core.clock import Clock
 from faultday.core.loadconfig import Shape, ShapeSpec
+from faultday.core.protocols import StackDriver
 from faultday.core.records import Observations, RequestRecord
 from faultday.core.scenario import Scenario
 from faultday.core.targets import Target
@@ -45,6 +46,7 @@ class Recorded:
     run_dir: Path | None = None
     clock: Clock = field(default_factory=Clock)
     time_scale: float = 1.0
+    stack: StackDriver | None = None  # recorded: no live stack
 
     def fault_times(self, fault: str) -> tuple[float, float]:
         raise AssertionError(f"no faults here: {fault}")

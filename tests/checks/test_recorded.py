@@ -11,6 +11,7 @@ import pytest
 
 from faultday.checks.base import check_registry
 from faultday.core.clock import Clock
+from faultday.core.protocols import StackDriver
 from faultday.core.records import Observations, RequestRecord, Sample
 from faultday.core.targets import Target
 from faultday.core.windows import CheckResult, Verdict, Window, WindowKind
@@ -37,6 +38,7 @@ class Recorded:
     clock: Clock = field(default_factory=Clock)
     plan: _Plan = field(default_factory=_Plan)
     time_scale: float = 1.0
+    stack: StackDriver | None = None  # recorded: no live stack
 
     def fault_times(self, fault: str) -> tuple[float, float]:
         return self.faults[fault]
