@@ -96,6 +96,91 @@ def exercise(url: str) -> dict[str, object]:
     return seen
 
 
+def _choices(body: dict[str, Any]) -> list[object]:
+    return [c.get("index") for c in body.get("choices", [])]
+
+
+def _error_and_words(body: dict[str, Any], *words: str) -> tuple[object, ...]:
+    """The error's shape and which of ``words`` its message contains (not the whole text:
+    vLLM may append its parameter and value)."""
+    message = str(body.get("error", {}).get("message", ""))
+    return (*_error_shape(body), tuple(w for w in words if w in message))
+
+
+def _stream_choices(frames: list[str]) -> dict[str, object]:
+    chunks = [json.loads(f) for f in frames if f.startswith("{")]
+    roles, finished = [], set()
+    for chunk in chunks:
+        for choice in chunk.get("choices", []):
+            if "role" in (choice.get("delta") or {}):
+                roles.append(choice["index"])
+            if choice.get("finish_reason"):
+                finished.add(choice["index"])
+    usage = chunks[-1].get("usage") if chunks else None
+    return {
+        "role chunks": sorted(roles),
+        "finished": sorted(finished),
+        "one choice per chunk": all(len(c.get("choices", [])) <= 1 for c in chunks),
+        "completion tokens": (usage or {}).get("completion_tokens"),
+    }
+
+
+def shapes(url: str) -> dict[str, object]:
+    """Issue 19.5: reply fields, prompt forms and sampling bodies vLLM serves or refuses."""
+    seen: dict[str, object] = {}
+    comp, chat = f"{url}/v1/completions", f"{url}/v1/chat/completions"
+    _, body = post_json(chat, chat_body(stream=False))
+    message = body["choices"][0]["message"] if body.get("choices") else {}
+    seen["chat message refusal"] = ("refusal" in message, message.get("refusal"))
+    created = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["created"]
+    seen["models created is unix time"] = abs(created - time.time()) < 600
+    status, body = post_json(comp, completion_body(stream=False, prompt=["Hello", "Hi there"]))
+    seen["prompt list"] = (status, _choices(body))
+    status, body = post_json(comp, completion_body(stream=False, prompt=[1, 2, 3]))
+    seen["token-id prompt"] = (status, _choices(body), body.get("usage", {}).get("prompt_tokens"))
+    status, body = post_json(comp, completion_body(stream=False, prompt=[[1, 2], [3, 4, 5]]))
+    seen["token-id prompts"] = (status, _choices(body), body.get("usage", {}).get("prompt_tokens"))
+    status, body = post_json(comp, completion_body(stream=False, prompt=[10**9]))
+    seen["token id out of vocabulary"] = (status, _error_shape(body))
+    _, one = post_json(comp, completion_body(stream=False, max_tokens=4, ignore_eos=True))
+    status, body = post_json(comp, completion_body(stream=False, max_tokens=4, ignore_eos=True,
+                                                   n=3))  # fmt: skip
+    usage, one_usage = body.get("usage", {}), one.get("usage", {})
+    seen["completions n=3"] = (
+        status,
+        _choices(body),
+        usage.get("prompt_tokens") == one_usage.get("prompt_tokens"),
+        usage.get("completion_tokens"),
+    )
+    status, body = post_json(comp, completion_body(stream=False, max_tokens=2, ignore_eos=True,
+                                                   n=2, prompt=["a b", "c d e"]))  # fmt: skip
+    seen["completions n=2 x 2 prompts"] = (status, _choices(body))
+    status, body = post_json(chat, chat_body(stream=False, max_tokens=3, n=2))
+    seen["chat n=2"] = (status, _choices(body))
+    status, frames = sse(chat, chat_body(stream=True, max_tokens=3, ignore_eos=True, n=2,
+                                         stream_options={"include_usage": True}))  # fmt: skip
+    seen["chat n=2 stream"] = (status, _stream_choices(frames))
+    status, body = post_json(comp, completion_body(stream=False, n=0))
+    seen["n=0"] = (status, _error_and_words(body, "n must be at least 1"))
+    for path, make in (("completions", completion_body), ("chat", chat_body)):
+        status, body = post_json(f"{url}/v1/{'chat/' if path == 'chat' else ''}completions",
+                                 make(stream=False, max_tokens=-5))  # fmt: skip
+        seen[f"{path} max_tokens -5"] = (
+            status, _error_and_words(body, "max_tokens must be at least 1", "too large"),
+        )  # fmt: skip
+    for field, value in (("n", "abc"), ("n", 1.5), ("seed", "x"), ("max_tokens", 2.5)):
+        status, body = post_json(comp, completion_body(stream=False, **{field: value}))
+        seen[f"{field}={value!r}"] = (
+            status,
+            _error_shape(body),
+            body.get("error", {}).get("param"),
+        )
+    resp = httpx.post(comp, content=b'{"prompt": "h\xff\xfe"}', timeout=10,
+                      headers={"content-type": "application/json"})  # fmt: skip
+    seen["body not UTF-8"] = (resp.status_code, resp.json())
+    return seen
+
+
 def hang(ctx: ServerContext) -> dict[str, object]:
     """gpu_hang: health during the hang, a request during it, and service after the revert."""
     injector = GpuHang()
@@ -155,7 +240,14 @@ def observe_server(server: Server, tmp_path: Path) -> dict[str, Any]:
     ctx = ServerContext(run_dir=tmp_path, current=server, start=lambda: server)
     seen = exercise(server.url)
     text = httpx.get(f"{server.url}/metrics", timeout=10).text
-    return {"api": seen, "metrics": text, "hang": hang(ctx), "death": death(ctx)}
+    api_shapes = shapes(server.url)
+    return {
+        "api": seen,
+        "shapes": api_shapes,
+        "metrics": text,
+        "hang": hang(ctx),
+        "death": death(ctx),
+    }
 
 
 def engine_families(text: str) -> dict[str, Family]:
@@ -169,7 +261,7 @@ def engine_families(text: str) -> dict[str, Family]:
 
 def compare(real: dict[str, Any], sim: dict[str, Any]) -> list[str]:
     problems = []
-    for part in ("api", "hang", "death"):
+    for part in ("api", "shapes", "hang", "death"):
         for key in real[part].keys() | sim[part].keys():
             r, s = real[part].get(key), sim[part].get(key)
             if r != s:
@@ -187,6 +279,7 @@ def test_simulator_matches_real_vllm(
     (tmp_path / "real-metrics.txt").write_text(real["metrics"])
     (tmp_path / "sim-metrics.txt").write_text(sim["metrics"])
     observe("vllm api", real["api"])
+    observe("vllm shapes", real["shapes"])
     observe("vllm hang", real["hang"])
     observe("vllm death", real["death"])
     observe("vllm families", len(metric_families(real["metrics"])))

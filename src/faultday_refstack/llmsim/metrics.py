@@ -417,8 +417,8 @@ class VllmMetrics:
         self.decode_time.observe(max(0.0, decode))
         self.inference_time.observe(max(0.0, inference))
 
-    def record_arrival(self, *, max_tokens: int) -> None:
-        self.params_n.observe(1)
+    def record_arrival(self, *, max_tokens: int, n: int = 1) -> None:
+        self.params_n.observe(n)
         self.max_gen_tokens.observe(max_tokens)
 
 

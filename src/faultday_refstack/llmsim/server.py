@@ -17,10 +17,11 @@ import re
 import socket
 import time
 import uuid
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
@@ -49,6 +50,7 @@ from faultday_refstack.llmsim.protocol import (
     TokenizeRequest,
 )
 from faultday_refstack.llmsim.text import (
+    VOCAB_SIZE,
     ToolCall,
     WordStream,
     choose_tool_call,
@@ -73,6 +75,8 @@ Send = Callable[[Message], Awaitable[None]]
 
 ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 MAX_BODY = 32 * 1024 * 1024
+BODY_PARSE_ERROR = "There was an error parsing the body"
+MAX_CHOICES = 1024  # n x prompts in one request
 # Deeper JSON is refused before anything walks it: the chat template and the
 # encoder recurse, and a few thousand brackets would exhaust the interpreter's stack.
 MAX_JSON_DEPTH = 64
@@ -159,12 +163,10 @@ class PlainError(Exception):
 
 
 @dataclass(slots=True)
-class Parsed:
-    """A validated generation request, ready for the engine."""
+class Choice:
+    """One output sequence to generate: a prompt's ``n``-th sample."""
 
-    chat: bool
-    stream: bool
-    include_usage: bool
+    prompt_index: int
     prompt_ids: list[int]
     max_tokens: int
     target: int
@@ -173,50 +175,77 @@ class Parsed:
     tool: ToolCall | None
 
 
+@dataclass(slots=True)
+class Parsed:
+    """A validated generation request, ready for the engine: one or more choices."""
+
+    chat: bool
+    stream: bool
+    include_usage: bool
+    n: int
+    choices: list[Choice]
+
+
+class Waker:
+    """The handler's wait for any of its request's choices to get a token or end."""
+
+    __slots__ = ("waiter",)
+
+    def __init__(self) -> None:
+        self.waiter: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+
 class Live:
-    """A request between the engine and its HTTP handler."""
+    """One choice between the engine and its HTTP handler."""
 
     __slots__ = (
         "chat",
         "created",
         "done",
         "error",
-        "include_usage",
+        "index",
+        "opened",
         "pending",
         "pieces",
+        "prompt_index",
         "req_id",
         "sent",
         "sim",
-        "stream",
         "text",
         "tool",
-        "waiter",
+        "waker",
         "words",
     )
 
-    def __init__(self, parsed: Parsed, sim: SimRequest, req_id: str) -> None:
-        self.chat = parsed.chat
-        self.stream = parsed.stream
-        self.include_usage = parsed.include_usage
+    def __init__(
+        self, choice: Choice, sim: SimRequest, *, index: int, chat: bool, waker: Waker
+    ) -> None:
+        self.chat = chat
+        self.index = index  # the choice's index in the response
+        self.prompt_index = choice.prompt_index
         self.sim = sim
-        self.req_id = req_id
+        self.req_id = sim.req_id
         self.created = int(time.time())
         self.pending = 0  # tokens produced by the engine, not yet written out
         self.sent = 0
         self.done = False
         self.error = False
-        self.waiter: asyncio.Future[None] | None = None
-        self.words = WordStream(parsed.seed)
-        self.tool = parsed.tool
+        self.opened = False  # a chat stream's role chunk sent
+        self.waker = waker
+        self.words = WordStream(choice.seed)
+        self.tool = choice.tool
         self.pieces: list[str] = []
-        if parsed.tool is not None:
-            self.pieces = detokenize_pieces(parsed.tool.arguments)
+        if choice.tool is not None:
+            self.pieces = detokenize_pieces(choice.tool.arguments)
         self.text: list[str] = []
 
     def wake(self) -> None:
-        w = self.waiter
-        if w is not None and not w.done():
-            w.set_result(None)
+        self.waker.wake()
 
     def take_text(self, n: int) -> str:
         """The next n output tokens' text (for a tool call: argument pieces)."""
@@ -250,6 +279,7 @@ class LlmSim:
         self.engine = Engine(config)
         self.metrics = VllmMetrics(config)
         self.live: dict[str, Live] = {}
+        self.requests_in_flight = 0  # HTTP generation requests (a request may hold n choices)
         self.faults: dict[str, ActiveFault] = {}
         self.dead = False
         self.death_reason = ""
@@ -621,7 +651,7 @@ class LlmSim:
         await send_json(send, 200, {"version": self.config.vllm_version})
 
     async def _load(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send_json(send, 200, {"server_load": len(self.live)})
+        await send_json(send, 200, {"server_load": self.requests_in_flight})
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
         # One scrape sees the engine and its GPU, as a sidecar dcgm-exporter would add it.
@@ -631,10 +661,11 @@ class LlmSim:
 
     async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
         name = self.config.name
+        now = int(time.time())  # vLLM's ModelCard stamps the Unix time of the answer
         card = {
             "id": name,
             "object": "model",
-            "created": int(self.boot),
+            "created": now,
             "owned_by": "vllm",
             "root": self.config.model,
             "parent": None,
@@ -643,7 +674,7 @@ class LlmSim:
                 {
                     "id": f"modelperm-{uuid.uuid4().hex[:16]}",
                     "object": "model_permission",
-                    "created": int(self.boot),
+                    "created": now,
                     "allow_create_engine": False,
                     "allow_sampling": True,
                     "allow_logprobs": True,
@@ -741,18 +772,43 @@ class LlmSim:
             raise HttpError(
                 404, f"The model `{req.model}` does not exist.", "NotFoundError", "model"
             )
-        if req.n not in (None, 1):
-            raise bad_request("llmsim serves n=1 only", "n")
-        ids = tokenize(_prompt_text(req, body)) or [0]
-        max_tokens = self._max_tokens(req, prompt_len=len(ids))
-        seed = request_seed(cfg, ids, req.seed)
-        tool = self._tool_call(req, seed) if isinstance(req, ChatCompletionRequest) else None
-        target, reason = self._output_length(req, seed=seed, max_tokens=max_tokens, tool=tool)
+        n = 1 if req.n is None else req.n
+        if n < 1:
+            raise bad_request(f"n must be at least 1, got {n}.", "n")
+        prompts = _prompts(req, body)
+        if n * len(prompts) > MAX_CHOICES:
+            # The simulator's own bound (vLLM has none): each choice is a request in memory.
+            raise bad_request(
+                f"llmsim generates at most {MAX_CHOICES} choices per request "
+                f"(n={n} x {len(prompts)} prompts)",
+                "n",
+            )
+        choices = [
+            self._choice(req, ids, prompt_index=p, sample=i)
+            for p, ids in enumerate(prompts)
+            for i in range(n)
+        ]
         opts = req.stream_options
         return Parsed(
             chat=chat,
             stream=bool(req.stream),
             include_usage=bool(opts is not None and opts.include_usage),
+            n=n,
+            choices=choices,
+        )
+
+    def _choice(
+        self, req: GenerationRequest, ids: list[int], *, prompt_index: int, sample: int
+    ) -> Choice:
+        """The ``sample``-th output of one prompt; samples differ as vLLM's n children do."""
+        max_tokens = self._max_tokens(req, prompt_len=len(ids))
+        seed = request_seed(self.config, ids, req.seed)
+        if sample:
+            seed = zlib.crc32(sample.to_bytes(4, "little"), seed)
+        tool = self._tool_call(req, seed) if isinstance(req, ChatCompletionRequest) else None
+        target, reason = self._output_length(req, seed=seed, max_tokens=max_tokens, tool=tool)
+        return Choice(
+            prompt_index=prompt_index,
             prompt_ids=ids,
             max_tokens=max_tokens,
             target=target,
@@ -829,58 +885,76 @@ class LlmSim:
                 503, "The server is overloaded: the waiting queue is full.", "ServiceUnavailable"
             )
         prefix = "chatcmpl-" if parsed.chat else "cmpl-"
-        req_id = prefix + uuid.uuid4().hex
-        sim = SimRequest(
-            req_id=req_id,
-            prompt=parsed.prompt_ids,
-            target_output=parsed.target,
-            stop_reason=parsed.stop_reason,
-            arrival=time.monotonic(),
-            max_tokens_param=parsed.max_tokens,
-        )
-        lv = Live(parsed, sim, req_id)
-        self.live[req_id] = lv
-        self.metrics.record_arrival(max_tokens=parsed.max_tokens)
-        self.engine.add(sim)
+        base_id = prefix + uuid.uuid4().hex
+        waker = Waker()
+        arrival = time.monotonic()
+        lives: list[Live] = []
+        for index, choice in enumerate(parsed.choices):
+            sim = SimRequest(
+                req_id=base_id if index == 0 else f"{base_id}-{index}",
+                prompt=choice.prompt_ids,
+                target_output=choice.target,
+                stop_reason=choice.stop_reason,
+                arrival=arrival,
+                max_tokens_param=choice.max_tokens,
+            )
+            lives.append(Live(choice, sim, index=index, chat=parsed.chat, waker=waker))
+        for lv in lives:
+            self.live[lv.req_id] = lv
+            if lv.index % parsed.n == 0:  # once per prompt, as vLLM's parent request
+                self.metrics.record_arrival(max_tokens=lv.sim.max_tokens_param, n=parsed.n)
+            self.engine.add(lv.sim)
         self._wake.set()
-        watcher = asyncio.create_task(self._watch_disconnect(receive, lv))
+        self.requests_in_flight += 1
+        watcher = asyncio.create_task(self._watch_disconnect(receive, lives))
         try:
             if parsed.stream:
-                await self._stream(lv, send)
+                await self._stream(lives, parsed.include_usage, send)
             else:
-                await self._complete(lv, send)
+                await self._complete(lives, send)
         finally:
             watcher.cancel()
-            self.live.pop(req_id, None)
+            self.requests_in_flight -= 1
+            for lv in lives:
+                self.live.pop(lv.req_id, None)
 
-    async def _watch_disconnect(self, receive: Receive, lv: Live) -> None:
+    async def _watch_disconnect(self, receive: Receive, lives: list[Live]) -> None:
         while True:
             msg = await receive()
             if msg["type"] == "http.disconnect":
-                if not lv.done and not lv.error and self.engine.abort(lv.req_id) is not None:
-                    self.metrics.success[FinishReason.ABORT].inc()
-                    lv.error = True
-                    lv.wake()
+                for lv in lives:
+                    if not lv.done and not lv.error and self.engine.abort(lv.req_id) is not None:
+                        self.metrics.success[FinishReason.ABORT].inc()
+                        lv.error = True
+                        lv.wake()
                 return
 
-    async def _wait(self, lv: Live) -> None:
-        while lv.pending == 0 and not lv.done and not lv.error:
-            lv.waiter = asyncio.get_running_loop().create_future()
-            await lv.waiter
-            lv.waiter = None
+    async def _wait(self, lives: list[Live]) -> None:
+        """Until a choice has tokens to write, one failed, or all are done."""
+        waker = lives[0].waker
+        while not any(lv.pending or lv.error for lv in lives) and not all(lv.done for lv in lives):
+            waker.waiter = asyncio.get_running_loop().create_future()
+            await waker.waiter
+            waker.waiter = None
 
-    async def _complete(self, lv: Live, send: Send) -> None:
-        while not lv.done and not lv.error:
-            await self._wait(lv)
-            n, lv.pending = lv.pending, 0
-            if n:
-                lv.text.append(lv.take_text(n))
-        if lv.error:
-            raise engine_dead_error() if self.dead else HttpError(499, "aborted", "Aborted")
-        await send_json(send, 200, self._final_body(lv))
+    async def _complete(self, lives: list[Live], send: Send) -> None:
+        while True:
+            await self._wait(lives)
+            if any(lv.error for lv in lives):
+                raise engine_dead_error() if self.dead else HttpError(499, "aborted", "Aborted")
+            for lv in lives:
+                n, lv.pending = lv.pending, 0
+                if n:
+                    lv.text.append(lv.take_text(n))
+            if all(lv.done for lv in lives):
+                break
+        await send_json(send, 200, self._final_body(lives))
 
-    def _usage(self, lv: Live) -> dict[str, Any]:
-        p, c = len(lv.sim.prompt), lv.sim.num_output
+    def _usage(self, lives: list[Live]) -> dict[str, Any]:
+        # A prompt's tokens count once however many samples it has, as in vLLM.
+        prompts = {lv.prompt_index: len(lv.sim.prompt) for lv in lives}
+        p = sum(prompts.values())
+        c = sum(lv.sim.num_output for lv in lives)
         return {
             "prompt_tokens": p,
             "total_tokens": p + c,
@@ -893,25 +967,34 @@ class LlmSim:
             return "tool_calls"
         return str(lv.sim.finish_reason or lv.sim.stop_reason)
 
-    def _final_body(self, lv: Live) -> dict[str, Any]:
-        text = "".join(lv.text)
-        base = {"id": lv.req_id, "created": lv.created, "model": self.config.name}
-        if not lv.chat:
-            choice = {
-                "index": 0,
-                "text": text,
-                "logprobs": None,
-                "finish_reason": self._finish_reason(lv),
-                "stop_reason": None,
-                "prompt_logprobs": None,
-            }
-            return {
-                **base,
-                "object": "text_completion",
-                "choices": [choice],
-                "usage": self._usage(lv),
-            }
-        message: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": []}
+    def _final_body(self, lives: list[Live]) -> dict[str, Any]:
+        first = lives[0]
+        base = {"id": first.req_id, "created": first.created, "model": self.config.name}
+        usage = self._usage(lives)
+        if not first.chat:
+            choices = [self._completion_choice(lv) for lv in lives]
+            return {**base, "object": "text_completion", "choices": choices, "usage": usage}
+        choices = [self._chat_choice(lv) for lv in lives]
+        return {**base, "object": "chat.completion", "choices": choices, "usage": usage}
+
+    def _completion_choice(self, lv: Live) -> dict[str, Any]:
+        return {
+            "index": lv.index,
+            "text": "".join(lv.text),
+            "logprobs": None,
+            "finish_reason": self._finish_reason(lv),
+            "stop_reason": None,
+            "prompt_logprobs": None,
+        }
+
+    def _chat_choice(self, lv: Live) -> dict[str, Any]:
+        # ``refusal`` is required (nullable) in OpenAI's schema and vLLM always sends it.
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": "".join(lv.text),
+            "refusal": None,
+            "tool_calls": [],
+        }
         if lv.tool is not None:
             message["content"] = None
             message["tool_calls"] = [
@@ -921,64 +1004,68 @@ class LlmSim:
                     "function": {"name": lv.tool.name, "arguments": lv.tool.arguments},
                 }
             ]
-        choice = {
-            "index": 0,
+        return {
+            "index": lv.index,
             "message": message,
             "logprobs": None,
             "finish_reason": self._finish_reason(lv),
             "stop_reason": None,
         }
-        return {**base, "object": "chat.completion", "choices": [choice], "usage": self._usage(lv)}
 
-    async def _stream(self, lv: Live, send: Send) -> None:
+    async def _stream(self, lives: list[Live], include_usage: bool, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+        first = lives[0]
         name = json.dumps(self.config.name)
-        if lv.chat:
-            head = (
-                f'data: {{"id":"{lv.req_id}","object":"chat.completion.chunk",'
-                f'"created":{lv.created},"model":{name},"choices":[{{"index":0,'
-            ).encode()
-        else:
-            head = (
-                f'data: {{"id":"{lv.req_id}","object":"text_completion",'
-                f'"created":{lv.created},"model":{name},"choices":[{{"index":0,'
-            ).encode()
-        first = True
+        kind = "chat.completion.chunk" if first.chat else "text_completion"
+        head = (
+            f'data: {{"id":"{first.req_id}","object":"{kind}",'
+            f'"created":{first.created},"model":{name},"choices":[{{'
+        ).encode()
         while True:
-            await self._wait(lv)
-            if lv.error:
-                await self._send_stream_error(lv, send)
+            await self._wait(lives)
+            if any(lv.error for lv in lives):
+                await self._send_stream_error(send)
                 return
-            n, lv.pending = lv.pending, 0
-            parts: list[bytes] = []
-            if first and n:
-                first = False
-                if lv.chat:
-                    parts.extend(_chat_opening(lv, head))
-            if n:
-                text = lv.take_text(n)
-                finish = json.dumps(self._finish_reason(lv)) if lv.done else "null"
-                if text or lv.done:
-                    parts.append(self._chunk(lv, head, text, finish))
-            if lv.done and lv.include_usage:
-                usage = json.dumps(self._usage(lv))
+            parts = self._stream_parts(lives, head)
+            finished = all(lv.done for lv in lives)
+            if finished and include_usage:
+                usage = json.dumps(self._usage(lives))
                 tail = head[: head.index(b'"choices"')]
                 parts.append(tail + b'"choices":[],"usage":' + usage.encode() + b"}\n\n")
-            if lv.done:
+            if finished:
                 parts.append(b"data: [DONE]\n\n")
             if parts:
                 await send(
                     {
                         "type": "http.response.body",
                         "body": b"".join(parts),
-                        "more_body": not lv.done,
+                        "more_body": not finished,
                     }
                 )
                 self._last_write = time.monotonic()
-            if lv.done:
+            if finished:
                 return
 
+    def _stream_parts(self, lives: list[Live], head: bytes) -> list[bytes]:
+        """The chunks for the tokens produced since the last write, one choice per chunk."""
+        parts: list[bytes] = []
+        if lives[0].chat and not lives[0].opened and any(lv.pending for lv in lives):
+            # vLLM opens every choice's stream with its role chunk at the first output.
+            for lv in lives:
+                lv.opened = True
+                parts.extend(_chat_opening(lv, head))
+        for lv in lives:
+            n, lv.pending = lv.pending, 0
+            if not n:
+                continue
+            text = lv.take_text(n)
+            finish = json.dumps(self._finish_reason(lv)) if lv.done else "null"
+            if text or lv.done:
+                parts.append(self._chunk(lv, head, text, finish))
+        return parts
+
     def _chunk(self, lv: Live, head: bytes, text: str, finish: str) -> bytes:
+        head = head + f'"index":{lv.index},'.encode()
         if not lv.chat:
             return (
                 head
@@ -995,7 +1082,7 @@ class LlmSim:
             delta = '{"content":' + json.dumps(text) + "}"
         return head + f'"delta":{delta},"logprobs":null,"finish_reason":{finish}}}]}}\n\n'.encode()
 
-    async def _send_stream_error(self, lv: Live, send: Send) -> None:
+    async def _send_stream_error(self, send: Send) -> None:
         if not self.dead:
             return  # the client went away; nothing to tell it
         body = json.dumps(engine_dead_error().body()).encode()
@@ -1010,6 +1097,7 @@ class LlmSim:
 
 def _chat_opening(lv: Live, head: bytes) -> list[bytes]:
     """The role chunk (and a tool call's header) that open a chat stream, as vLLM sends them."""
+    head = head + f'"index":{lv.index},'.encode()
     tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
     parts = [head + b'"delta":{"role":"assistant","content":""}' + tail]
     if lv.tool is not None:
@@ -1023,25 +1111,37 @@ def _chat_opening(lv: Live, head: bytes) -> list[bytes]:
     return parts
 
 
-def _prompt_text(req: GenerationRequest, body: dict[str, Any]) -> str:
+def _prompts(req: GenerationRequest, body: dict[str, Any]) -> list[list[int]]:
+    """The request's prompts as token ids: one for chat, one or more for completions."""
     if isinstance(req, ChatCompletionRequest):
         if not req.messages:
             raise bad_request("messages must be a non-empty list", "messages")
         # The tools as the client sent them, not as parsed: the template renders them.
-        return render_chat(req.messages, _as_list(body.get("tools")) or None)
-    prompt: Any = req.prompt
-    if prompt is None or prompt in ("", []):
+        return [tokenize(render_chat(req.messages, _as_list(body.get("tools")) or None)) or [0]]
+    prompt = req.prompt
+    if not prompt:  # None, "" or []
         raise bad_request(
             "Either prompt or prompt_embeds must be provided and non-empty. (parameter=prompt)",
             "prompt",
         )
-    if isinstance(prompt, list):
-        if len(prompt) != 1:
-            raise bad_request("llmsim serves one prompt per request", "prompt")
-        prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise bad_request("prompt must be a string", "prompt")
-    return prompt
+    if isinstance(prompt, str):
+        return [tokenize(prompt) or [0]]
+    if all(isinstance(p, int) for p in prompt):
+        return [_token_ids(cast("list[int]", prompt))]
+    return [
+        tokenize(p) or [0] if isinstance(p, str) else _token_ids(p)
+        for p in cast("list[str] | list[list[int]]", prompt)
+    ]
+
+
+def _token_ids(ids: list[int]) -> list[int]:
+    """A prompt given as token ids, checked as vLLM's input processor checks it."""
+    if not ids:
+        raise bad_request("The decoder prompt cannot be empty", "prompt")
+    outside = [t for t in ids if not 0 <= t < VOCAB_SIZE]
+    if outside:
+        raise bad_request(f"Token id {max(outside, key=abs)} is out of vocabulary", "prompt")
+    return ids
 
 
 def _validate(model: type[BodyT], body: dict[str, Any]) -> BodyT:
@@ -1082,7 +1182,9 @@ async def read_json(receive: Receive) -> dict[str, Any]:
     except RecursionError as exc:
         raise _json_invalid(0, too_deep) from exc
     except ValueError as exc:  # not UTF-8, or an integer past Python's 4300 digits
-        raise _json_invalid(0, str(exc)[:200]) from exc
+        # FastAPI turns any other decoding failure into HTTPException(400) with these
+        # words, and vLLM's HTTPException handler wraps it in its error shape.
+        raise HttpError(400, BODY_PARSE_ERROR, "Bad Request") from exc
     if _nested_deeper(body, raw, MAX_JSON_DEPTH):
         raise _json_invalid(0, too_deep)
     if not isinstance(body, dict):
