@@ -25,7 +25,7 @@ from faultday.core.components import ProbeKind
 from faultday.core.exits import ExitCode
 from faultday.core.ledger import Ledger
 from faultday.core.profile import StackProfile, load_profile
-from faultday.errors import StackError
+from faultday.errors import StackError, UsageError
 from faultday.stack.stack import Stack as ProcessStack
 from faultday.stack.stack import StackInfo
 from faultday.stack.supervisor import HOST, probe_once, tail
@@ -42,6 +42,7 @@ STATE_ROOT = Path(".faultday") / "stack"
 ProfileOpt = Annotated[
     str, typer.Option("--profile", "-p", help="Profile name (stack/<name>.yaml) or path.")
 ]
+DriverOpt = Annotated[str, typer.Option(help="Stack driver: process or docker.")]
 StateOpt = Annotated[
     Path | None,
     typer.Option("--state-dir", help="Where the run folder lives [.faultday/stack/<profile>]."),
@@ -91,10 +92,21 @@ def up(  # noqa: PLR0917 - typer options, never called positionally
         bool, typer.Option(help="Stay attached: restart on failure, stop on Ctrl-C.")
     ] = False,
     state_dir: StateOpt = None,
+    driver: DriverOpt = "process",
+    image: Annotated[
+        str | None, typer.Option(help="docker: faultday's image [$FAULTDAY_IMAGE].")
+    ] = None,
 ) -> None:
     """Start the stack; print components, endpoints and edges."""
     run_dir = _state_dir(profile, state_dir).resolve()
     prof = _load(profile, only)
+    if driver == "docker":
+        _docker_up(
+            prof, run_dir, profile=profile, only=only, policy=policy, timeout=timeout, image=image
+        )
+        return
+    if driver != "process":
+        raise UsageError(f"unknown driver {driver!r} for `stack up`: process or docker")
     if _alive_records(run_dir):
         raise StackError(f"already up (run folder {run_dir}); run `faultday stack down` first")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -113,6 +125,29 @@ def up(  # noqa: PLR0917 - typer options, never called positionally
     if not foreground:
         return
     _supervise(stack)
+
+
+def _docker_up(
+    prof: StackProfile,
+    run_dir: Path,
+    *,
+    profile: str,
+    only: str,
+    policy: str | None,
+    timeout: float,
+    image: str | None,
+) -> None:
+    from faultday.cli_docker import docker_up
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with console.status(f"starting {len(prof.spec.components)} containers…"):
+        info = docker_up(prof, run_dir, policy=policy, timeout=timeout, image=image)
+    took = time.monotonic() - t0
+    state = {"info": info.model_dump(mode="json"), "profile": profile, "only": only}
+    (run_dir / STATE_FILE).write_text(json.dumps({**state, "driver": "docker"}, indent=2))
+    _print_info(info)
+    console.print(f"[green]up[/] in {took:.1f}s (docker) — run folder {run_dir}")
 
 
 def _supervise(stack: ProcessStack) -> None:
@@ -135,8 +170,16 @@ def _supervise(stack: ProcessStack) -> None:
 
 
 @app.command()
-def status(profile: ProfileOpt = "local", state_dir: StateOpt = None) -> None:
+def status(
+    profile: ProfileOpt = "local",
+    state_dir: StateOpt = None,
+    output: Annotated[
+        str, typer.Option("--output", "-o", help="table, or json (StackInfo) for scripts.")
+    ] = "table",
+) -> None:
     """Components, ports, PIDs, health and edges of a stack started with `up`."""
+    if output not in ("table", "json"):
+        raise UsageError(f"--output {output!r}: table or json")
     run_dir = _state_dir(profile, state_dir).resolve()
     state = _read_state(run_dir)
     if state is None:
@@ -144,6 +187,14 @@ def status(profile: ProfileOpt = "local", state_dir: StateOpt = None) -> None:
         raise typer.Exit(ExitCode.FAILED)
     info, raw = state
     prof = _load(str(raw["profile"]), str(raw.get("only", "")))
+    if raw.get("driver") == "docker":
+        from faultday.cli_docker import docker_status
+
+        now = docker_status(prof, run_dir)
+        _show(now, output)
+        if not any(c.health == "ready" for c in now.components):
+            raise typer.Exit(ExitCode.FAILED)
+        return
     alive = set(_alive_records(run_dir))
     comps = []
     for c in info.components:
@@ -156,7 +207,7 @@ def status(profile: ProfileOpt = "local", state_dir: StateOpt = None) -> None:
             if psutil.Process(c.pid).status() == psutil.STATUS_STOPPED:
                 health = "paused"
         comps.append(c.model_copy(update={"health": health}))
-    _print_info(info.model_copy(update={"components": tuple(comps)}))
+    _show(info.model_copy(update={"components": tuple(comps)}), output)
     if not alive:
         raise typer.Exit(ExitCode.FAILED)
 
@@ -168,6 +219,15 @@ def down(profile: ProfileOpt = "local", state_dir: StateOpt = None) -> None:
     ledger_file = run_dir / "ledger.jsonl"
     if not ledger_file.exists():
         console.print(f"nothing to stop in {run_dir}")
+        return
+    state = _read_state(run_dir)
+    if state is not None and state[1].get("driver") == "docker":
+        from faultday.cli_docker import docker_down
+
+        t0 = time.monotonic()
+        docker_down(_load(str(state[1]["profile"]), str(state[1].get("only", ""))), run_dir)
+        (run_dir / STATE_FILE).unlink(missing_ok=True)
+        console.print(f"[green]down[/] in {time.monotonic() - t0:.1f}s (docker)")
         return
     from faultday.engine.recover import RecoverResult, stop_run_processes
 
@@ -210,13 +270,43 @@ def render(
     driver: Annotated[str, typer.Option(help="docker or k8s.")],
     out: Annotated[Path, typer.Option(help="Folder to write into.")],
     profile: ProfileOpt = "local",
+    images: Annotated[
+        str, typer.Option(help="docker: official (vLLM, Triton…) or faultday (its own image).")
+    ] = "official",
 ) -> None:
     """Write the profile as a docker compose file or Kubernetes manifests."""
     from faultday.stack.render import render_profile
 
+    if driver == "docker" and images == "faultday":
+        from faultday.cluster.compose import render_compose
+
+        project = render_compose(load_profile(profile, base_dir=Path.cwd()), out=out)
+        for f in project.files:
+            console.print(f"wrote {f}")
+        return
     written = render_profile(load_profile(profile, base_dir=Path.cwd()), driver=driver, out=out)
     for f in written:
         console.print(f"wrote {f}")
+
+
+@app.command("build-images")
+def build_images_command(
+    offline: Annotated[
+        bool, typer.Option(help="No registry: FROM a Debian base built here (debootstrap).")
+    ] = False,
+    image: Annotated[str | None, typer.Option(help="The tag [$FAULTDAY_IMAGE].")] = None,
+) -> None:
+    """Build faultday's image (docker-build/) from a wheelhouse made with pip."""
+    from faultday.cli_docker import build_images
+
+    build_images(offline=offline, image=image)
+
+
+def _show(info: StackInfo, output: str) -> None:
+    if output == "json":
+        typer.echo(info.model_dump_json(indent=2))
+    else:
+        _print_info(info)
 
 
 def _print_info(info: StackInfo) -> None:

@@ -120,12 +120,13 @@ def test_every_component_runs_labelled_and_published_on_loopback_only(
 def test_container_kill_is_undone_and_the_component_answers_again(stack: DockerStack) -> None:
     ctx = Ctx(stack.run_dir, stack)
     before = stack.container("tools").id
+    url = stack.endpoints()["tools"]
     revert = _inject(ContainerKill(), ctx, "tools", {"restart_timeout": 120})
     assert revert.data["id"] == before  # recorded before it acted
     time.sleep(0.5)
     _revert(ContainerKill(), ctx, revert)
     assert stack.container("tools").id == before  # the same container, running again
-    assert _answers(stack.endpoints()["tools"])
+    assert stack.endpoints()["tools"] == url and _answers(url)  # where it answered before
 
 
 def test_container_pause_freezes_then_unpauses(stack: DockerStack) -> None:

@@ -87,9 +87,10 @@ class ComposeProject:
 
 
 class _Render:
-    def __init__(self, profile: StackProfile, *, image: str) -> None:
+    def __init__(self, profile: StackProfile, *, image: str, data_dir: str) -> None:
         self.p = profile
         self.image = image
+        self.data_dir = data_dir
         self.proxy = profile.spec.proxy
         self.edges = profile.edges() if self.proxy else []
         self.edge_port = {e.name: EDGE_PORT_BASE + i for i, e in enumerate(self.edges)}
@@ -175,7 +176,9 @@ class _Render:
             "restart": "on-failure",
             "init": True,  # reaps what the service forks; passes signals on
             "ports": [f"127.0.0.1::{main_port(self.p, c)}"],
-            "volumes": [f"./etc:{CONFIG_DIR}:ro"],
+            # The component's folder on the host, as the process driver's work_dir: the
+            # checks read the agent's audit and traces there.
+            "volumes": [f"./etc:{CONFIG_DIR}:ro", f"{self.data_dir}/{c}:{DATA_DIR}"],
         }
         deps = sorted(self.p.wait_for(c))
         if deps:
@@ -212,10 +215,18 @@ class _Render:
 
 
 def render_compose(
-    profile: StackProfile, *, out: Path, image: str | None = None, project: str | None = None
+    profile: StackProfile,
+    *,
+    out: Path,
+    image: str | None = None,
+    project: str | None = None,
+    data_dir: str = "./data",
 ) -> ComposeProject:
-    """Write ``compose.yaml`` and ``etc/`` (the profile's files, the proxy's edges) to ``out``."""
-    r = _Render(profile, image=faultday_image(image))
+    """Write ``compose.yaml`` and ``etc/`` (the profile's files, the proxy's edges) to ``out``.
+
+    Each component's ``/data`` is ``<data_dir>/<component>``, relative to ``out``.
+    """
+    r = _Render(profile, image=faultday_image(image), data_dir=data_dir)
     etc = out / "etc"
     etc.mkdir(parents=True, exist_ok=True)
     files = []

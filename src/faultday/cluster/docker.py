@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -28,7 +29,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from faultday.cluster.cleanup import docker_cleanup_record
+from faultday.cluster.cleanup import DOCKER_CLEANUP, docker_cleanup_record
 from faultday.cluster.compose import faultday_image, main_port, render_compose
 from faultday.cluster.config import (
     NAME_LABEL,
@@ -48,6 +49,10 @@ from faultday.stack.stack import ComponentInfo, EdgeInfo, StackInfo
 log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
+# Components' folders relative to the rendering (<run_dir>/docker): <run_dir>/<component>,
+# where the process driver keeps them too.
+DATA_ROOT = ".."
+LOG_LINES = 20000  # per container, saved to <run_dir>/logs/ before down removes it
 _NS = 1_000_000_000
 
 
@@ -62,6 +67,14 @@ class DockerConfig(BaseModel):
     images: Literal["faultday", "official"] = Field(
         default="faultday",
         description="faultday: every component from faultday's image; official: vLLM, Triton…",
+    )
+    mode: Literal["deploy", "attach"] = Field(
+        default="deploy",
+        description="attach: run against containers already up (docker-compose up); touch "
+        "nothing at up or down",
+    )
+    project: str | None = Field(
+        default=None, description="attach: the compose project name [faultday-<profile>]"
     )
     image: str | None = Field(
         default=None, description="faultday's image tag [$FAULTDAY_IMAGE, faultday/faultday:latest]"
@@ -146,6 +159,8 @@ class DockerStack:
         self._client: Any = None
         self._containers: dict[str, Any] = {}
         self._cleanup: Revert | None = None  # outstanding in the ledger until down() is clean
+        self._network = ""  # attach: the network the found containers share
+        self._host_ports: dict[str, int] = {}
 
     # -- rendering and the command plan ---------------------------------------------------
 
@@ -154,7 +169,9 @@ class DockerStack:
 
         with tempfile.TemporaryDirectory(prefix="faultday-docker-") as tmp:
             if self.config.images == "faultday":
-                project = render_compose(self.profile, out=Path(tmp), image=self.config.image)
+                project = render_compose(
+                    self.profile, out=Path(tmp), image=self.config.image, data_dir=DATA_ROOT
+                )
                 return project.doc, project.proxies
             render_profile(self.profile, driver="docker", out=Path(tmp))
             compose = yaml.safe_load((Path(tmp) / "compose.yaml").read_text())
@@ -164,7 +181,7 @@ class DockerStack:
 
     @property
     def network(self) -> str:
-        return f"faultday-{self.profile.name}"
+        return self._network or f"faultday-{self.profile.name}"
 
     def container_name(self, service: str) -> str:
         return f"faultday-{self.profile.name}-{service}"
@@ -184,7 +201,7 @@ class DockerStack:
             "name": self.container_name(service),
             "labels": {**self._owner_labels(), NAME_LABEL: service},
             "network": self.network,
-            "ports": {f"{port}/tcp": (HOST, None)},
+            "ports": {f"{port}/tcp": (HOST, self._host_port(service))},
             "restart_policy": {"Name": "on-failure", "MaximumRetryCount": 5},
             "detach": True,
         }
@@ -224,6 +241,15 @@ class DockerStack:
             ]
         return args
 
+    def _host_port(self, service: str) -> int:
+        """A free port on 127.0.0.1, chosen once per service: a port the engine picks
+        changes at every start, and a restarted component must answer where it did."""
+        if service not in self._host_ports:
+            with socket.socket() as s:
+                s.bind((HOST, 0))
+                self._host_ports[service] = int(s.getsockname()[1])
+        return self._host_ports[service]
+
     def _owner_labels(self) -> dict[str, str]:
         """part-of, and this deploy's stack-run once ``up`` recorded it."""
         out = {PART_OF_LABEL: self.part_of}
@@ -255,11 +281,18 @@ class DockerStack:
         from faultday.stack.render import render_profile
 
         if self.config.images == "faultday":
-            render_compose(self.profile, out=self.render_dir, image=self.config.image)
+            render_compose(
+                self.profile, out=self.render_dir, image=self.config.image, data_dir=DATA_ROOT
+            )
         else:
             render_profile(self.profile, driver="docker", out=self.render_dir)
-        client = self._docker()
         deadline = time.monotonic() + (timeout or self.config.ready_timeout)
+        if self.config.mode == "attach":
+            self.adopt(compose_project=self.config.project or f"faultday-{self.profile.name}")
+            for service in self._containers:  # `up -d` returns before they are healthy
+                self._wait_ready(service, deadline)
+            return
+        client = self._docker()
         self._record()
         try:
             client.networks.create(self.network, driver="bridge", labels=self._owner_labels())
@@ -341,13 +374,47 @@ class DockerStack:
                 raise StackError(f"{service} not ready before the deadline")
             time.sleep(0.5)
 
+    def adopt(self, *, compose_project: str | None = None) -> None:
+        """Take over a stack already running: its containers (by compose project and service
+        labels, else by this driver's names) and, when an earlier ``up`` of this run folder
+        started it, that up's cleanup record, so ``down`` here completes it."""
+        for rec in self.ledger.outstanding_cleanups():
+            if rec.injector == DOCKER_CLEANUP:
+                self._cleanup = rec
+        client = self._docker()
+        missing = []
+        for service in self.start_order():
+            found = []
+            if compose_project:
+                labels = [f"{_COMPOSE}.project={compose_project}", f"{_COMPOSE}.service={service}"]
+                found = client.containers.list(filters={"label": labels})
+            if not found:
+                exact = f"^/?{self.container_name(service)}$"
+                found = client.containers.list(all=True, filters={"name": exact})
+            if found:
+                self._containers[service] = found[0]
+            else:
+                missing.append(service)
+        if compose_project and missing:
+            raise StackError(
+                f"attach: no container for {', '.join(missing)} in compose project "
+                f"{compose_project} (nor named {self.container_name(missing[0])})"
+            )
+        if compose_project and self._containers:
+            first = next(iter(self._containers.values()))
+            self._network = next(iter(first.attrs["NetworkSettings"]["Networks"]), "")
+
     def down(self) -> None:
         """Remove every container and the network labelled as this stack's; idempotent."""
+        if self.config.mode == "attach":  # the user's stack: they take it down
+            self._containers.clear()
+            return
         client = self._docker()
         flt = {"label": f"{PART_OF_LABEL}={self.part_of}"}
         errors = []
         try:
             for c in client.containers.list(all=True, filters=flt):
+                self._save_log(c)
                 c.remove(force=True)
             for n in client.networks.list(filters=flt):
                 n.remove()
@@ -359,6 +426,16 @@ class DockerStack:
         if self._cleanup is not None:
             self.ledger.cleanup_done(self._cleanup, ok=True)
             self._cleanup = None
+
+    def _save_log(self, c: Any) -> None:
+        """The container's output, as the process driver leaves its components' logs."""
+        service = c.labels.get(NAME_LABEL) or c.name
+        logs = self.run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        try:
+            (logs / f"{service}.log").write_bytes(c.logs(tail=LOG_LINES))
+        except self._errors():  # the container still goes; only its log is lost
+            log.exception("docker: could not save the log of %s", c.name)
 
     def restart(self, component: str, *, timeout: float) -> None:
         c = self._container(component)
@@ -491,6 +568,8 @@ class DockerStack:
             edges=tuple(edges),
         )
 
+
+_COMPOSE = "com.docker.compose"  # docker-compose's label prefix
 
 # Docker's words for a container's state, as the process driver's health vocabulary.
 _HEALTH = {"healthy": "ready", "unhealthy": "unready", "starting": "starting"}
