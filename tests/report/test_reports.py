@@ -12,7 +12,9 @@ from faultday.core.journal import Journal, read_journal
 
 SECTIONS = [
     "Verdict",
+    "Diagnosis",
     "Impact",
+    "Tokens per joule",
     "Charts",
     "Timeline",
     "Checks",

@@ -22,11 +22,14 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from faultday.core.journal import Journal, RunVerdict
+from faultday.core.vocab import WindowKind
 from faultday.errors import FaultdayError, ScenarioError, UsageError
+from faultday.report import energy as en
 from faultday.report import runbooks as rb
 from faultday.report.html import gameday_page
 from faultday.report.junit import write_junit
 from faultday.report.runbooks import Measured
+from faultday.report.series import read_series
 from faultday.report.view import not_evaluated, scenario_name
 
 if TYPE_CHECKING:
@@ -100,6 +103,16 @@ class GameDayCheck(_M):
         return f"{self.section}|{self.window}|{self.label}"
 
 
+class Energy(_M):
+    """Tokens per joule over every GPU replica of a run: baseline and during its faults."""
+
+    baseline: float | None = None
+    faults: float | None = None
+    goodput_faults: float | None = Field(
+        default=None, description="tokens/J of requests served ok and undegraded"
+    )
+
+
 class GameDayScenario(_M):
     name: str
     title: str
@@ -111,6 +124,7 @@ class GameDayScenario(_M):
     runbook: str | None = None
     score: float | None = None
     checks: list[GameDayCheck] = Field(default_factory=list)
+    energy: Energy = Field(default_factory=Energy)
 
 
 class GameDay(_M):
@@ -184,6 +198,17 @@ def score(checks: Sequence[GameDayCheck]) -> float | None:
     return round(100.0 * sum(c.weight for c in checks if c.verdict == "passed") / total, 1)
 
 
+def energy_of(journal: Journal) -> Energy:
+    """The run's tokens per joule (its first fault window's, and the baseline's)."""
+    rows = en.energy_rows(journal, read_series(Path(journal.run_dir)))
+    base, fault = en.overall(rows, WindowKind.BASELINE), en.overall(rows, WindowKind.FAULT)
+    return Energy(
+        baseline=base.tokens_per_joule if base else None,
+        faults=fault.tokens_per_joule if fault else None,
+        goodput_faults=fault.goodput_per_joule if fault else None,
+    )
+
+
 def summarize(journal: Journal, gameday_dir: Path) -> GameDayScenario:
     checks = scenario_checks(journal)
     sc = score(checks)
@@ -200,6 +225,7 @@ def summarize(journal: Journal, gameday_dir: Path) -> GameDayScenario:
         runbook=journal.runbook,
         score=sc,
         checks=checks,
+        energy=energy_of(journal),
     )
 
 
@@ -242,6 +268,9 @@ class ScenarioTrend:
     score_before: float | None
     score_after: float | None
     trend: Trend
+    tpj_before: float | None = None  # tokens/J during the faults at the previous game day
+    tpj_after: float | None = None
+    tpj_trend: Trend = Trend.NEW
 
 
 _NUM = re.compile(r"[-+]?\d+(?:\.\d+)?")
@@ -254,6 +283,18 @@ def _direction(before: str, after: str) -> Trend:
     if good_b and not good_a:
         return Trend.WORSE
     return Trend.SAME
+
+
+ENERGY_SAME = 0.05  # a tokens/J change within ±5 % is noise between two game days
+
+
+def energy_trend(before: float | None, after: float | None) -> Trend:
+    if before is None or after is None or before <= 0:
+        return Trend.NEW
+    change = after / before - 1.0
+    if abs(change) <= ENERGY_SAME:
+        return Trend.SAME
+    return Trend.BETTER if change > 0 else Trend.WORSE
 
 
 def find_previous(report_dir: Path, current: GameDay) -> GameDay | None:
@@ -289,7 +330,19 @@ def trends(
             t = Trend.BETTER if s.score > p.score else Trend.WORSE
         else:
             t = _direction(p.verdict, s.verdict)
-        st.append(ScenarioTrend(s.name, p.verdict, s.verdict, p.score, s.score, t))
+        st.append(
+            ScenarioTrend(
+                s.name,
+                p.verdict,
+                s.verdict,
+                p.score,
+                s.score,
+                t,
+                p.energy.faults,
+                s.energy.faults,
+                energy_trend(p.energy.faults, s.energy.faults),
+            )
+        )
         before = {c.key: c for c in p.checks}
         for c in s.checks:
             b = before.get(c.key)

@@ -30,6 +30,11 @@ def num(value: float | None) -> str:
     return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.2f}"
 
 
+def num3(value: float | None) -> str:
+    """A small ratio such as tokens per joule: three significant digits."""
+    return "—" if value is None else f"{value:.3g}"
+
+
 def pct(value: float | None) -> str:
     return "—" if value is None else f"{value * 100:.1f}%"
 
@@ -66,7 +71,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters.update(num=num, pct=pct, markdown=_markdown, relurl=relative_url)
+    env.filters.update(num=num, num3=num3, pct=pct, markdown=_markdown, relurl=relative_url)
     # Our own stylesheet, not data: escaping it would break quoted font names inside <style>.
     env.globals["css"] = Markup(_css())  # noqa: S704
     return env
@@ -75,7 +80,7 @@ def environment() -> jinja2.Environment:
 def markdown_environment() -> jinja2.Environment:
     """A fresh Markdown environment: every printed value is Markdown-escaped by default."""
     env = markdown.environment(TEMPLATES)
-    env.filters.update(num=num, pct=pct)
+    env.filters.update(num=num, num3=num3, pct=pct)
     return env
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -22,6 +23,8 @@ import yaml
 from faultday.core.journal import Journal, JournalCheck, JournalEvent, RunVerdict
 from faultday.report import markdown
 from faultday.report import runbooks as rb
+from faultday.report.diagnosis import Diagnosis, diagnose
+from faultday.report.energy import EnergyRow, energy_rows
 from faultday.report.series import SeriesSet, read_series
 
 log = logging.getLogger(__name__)
@@ -102,6 +105,14 @@ class RunbookExcerpt:
 
 
 @dataclass(frozen=True, slots=True)
+class DiagnosisRow:
+    """A diagnosis as a report shows it, with where its runbook is."""
+
+    d: Diagnosis
+    runbook_href: str  # "#runbook" when it is this report's own runbook excerpt
+
+
+@dataclass(frozen=True, slots=True)
 class ReportView:
     journal: Journal
     name: str
@@ -130,6 +141,8 @@ class ReportView:
     charts: tuple[Chart, ...] = ()
     chart_note: str = ""
     answers: tuple[tuple[float, str, str], ...] = field(default=())  # t, where, text
+    energy: tuple[EnergyRow, ...] = ()
+    diagnoses: tuple[DiagnosisRow, ...] = ()
 
 
 def scenario_name(journal: Journal) -> str:
@@ -467,6 +480,21 @@ def _faults(journal: Journal) -> list[FaultRow]:
     return rows
 
 
+def diagnosis_rows(
+    journal: Journal, series: SeriesSet, run_dir: Path, *, base_dir: Path
+) -> list[DiagnosisRow]:
+    """The rules that fired, each with a link to its runbook (this report's, or the template)."""
+    rdir = rb.find_runbook_dir(base_dir)
+    rows = []
+    for d in diagnose(journal, series, run_dir):
+        href = "#runbook" if d.runbook == journal.runbook else ""
+        if not href and rdir is not None:
+            template = rdir / f"{d.runbook}{rb.RUNBOOK_SUFFIX}"
+            href = os.path.relpath(template, run_dir) if template.is_file() else ""
+        rows.append(DiagnosisRow(d, href))
+    return rows
+
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -490,6 +518,7 @@ def build_view(
                 "only the fault timeline is drawn."
             )
     stack_yaml = yaml.safe_dump(journal.stack, sort_keys=False) if journal.stack else ""
+    base = base_dir or Path.cwd()
     return ReportView(
         journal=journal,
         name=scenario_name(journal),
@@ -510,7 +539,7 @@ def build_view(
         not_evaluated=tuple(not_evaluated(journal)),
         paths=tuple(degradation_paths(journal, series)),
         actions=tuple(action_items(journal)),
-        runbook=runbook_excerpt(journal, base_dir=base_dir or Path.cwd()),
+        runbook=runbook_excerpt(journal, base_dir=base),
         errors=tuple(journal.errors),
         components=tuple(sorted(journal.components.items())),
         scenario_yaml=yaml.safe_dump(journal.scenario, sort_keys=False),
@@ -518,4 +547,6 @@ def build_view(
         charts=tuple(made),
         chart_note=note,
         answers=tuple(answers(journal)),
+        energy=tuple(energy_rows(journal, series)),
+        diagnoses=tuple(diagnosis_rows(journal, series, run_dir, base_dir=base)),
     )
