@@ -17,13 +17,17 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from faultday import __version__
+from faultday.checks.base import check_registry
 from faultday.core.exits import VERDICT_EXIT, ExitCode
 from faultday.core.journal import Journal
 from faultday.errors import FaultdayError, ScenarioError, StackError, UsageError
-from faultday.scenario.loader import LoadedScenario
+from faultday.injectors.base import injector_registry
+from faultday.scenario.loader import LoadedScenario, find_scenarios, load_scenario
+from faultday.scenario.schema import schema_text
 
 if TYPE_CHECKING:
     from faultday.session import Settings
@@ -127,7 +131,6 @@ def version() -> None:
 
 
 def _print_problems(exc: ScenarioError) -> None:
-    from rich.markup import escape  # a user's key or value may read "[/x]": text, not markup
 
     for p in exc.problems:
         console.print(f"[bold red]error[/] {escape(str(p))}", soft_wrap=True)
@@ -138,8 +141,8 @@ def validate(
     paths: Annotated[list[Path], typer.Argument(help="Scenario files or folders (recursive).")],
 ) -> None:
     """Check scenarios; report every problem with file:line:col."""
-    from faultday.scenario.loader import find_scenarios, load_scenario
-    from faultday.session import target_resolver  # start-up time: the engine and its plugins
+    # Start-up time: every command loads this module; the engine loads only where it is used.
+    from faultday.session import target_resolver  # noqa: PLC0415
 
     files = find_scenarios(paths)
     if not files:
@@ -166,7 +169,6 @@ def schema(
     ] = None,
 ) -> None:
     """Print the JSON Schema of the scenario format."""
-    from faultday.scenario.schema import schema_text
 
     text = schema_text()
     if out_file is None:
@@ -178,7 +180,6 @@ def schema(
 @list_app.command("injectors")
 def list_injectors() -> None:
     """Injectors by short name (``inject:`` in a scenario)."""
-    from faultday.injectors.base import injector_registry
 
     _plugin_table(injector_registry().describe(), "injector")
 
@@ -186,7 +187,6 @@ def list_injectors() -> None:
 @list_app.command("checks")
 def list_checks() -> None:
     """Checks by short name (``check:`` in a scenario)."""
-    from faultday.checks.base import check_registry
 
     _plugin_table(check_registry().describe(), "check")
 
@@ -227,14 +227,14 @@ def run(
 ) -> None:
     """Run one scenario and write its journal and reports."""
     # Imported here for start-up time: the engine, its plugins and the stack driver.
-    from faultday.scenario.loader import load_scenario
-    from faultday.session import Overrides, Settings, target_resolver
+    from faultday.session import Overrides, Settings, target_resolver  # noqa: PLC0415
 
     overrides = Overrides(stack=stack, policy=policy)
     loaded = overrides.apply(load_scenario(scenario, resolve_targets=target_resolver(Path.cwd())))
     if dry_run:
-        from faultday.engine.dryrun import render_plan
-        from faultday.engine.plan import make_plan
+        # Start-up time: every command loads this module; the engine loads only where it is used.
+        from faultday.engine.dryrun import render_plan  # noqa: PLC0415
+        from faultday.engine.plan import make_plan  # noqa: PLC0415
 
         out.print(
             render_plan(
@@ -259,8 +259,9 @@ def run(
 
 
 def _execute(loaded: LoadedScenario, *, settings: Settings, progress: bool | None) -> Journal:
-    from faultday.engine.display import StatusView
-    from faultday.session import Hooks, SignalPolicy, check_driver, run_scenario
+    # Start-up time: every command loads this module; the engine loads only where it is used.
+    from faultday.engine.display import StatusView  # noqa: PLC0415
+    from faultday.session import Hooks, SignalPolicy, check_driver, run_scenario  # noqa: PLC0415
 
     check_driver(settings.driver)  # before the signal handler and the display start
     view = StatusView(loaded.scenario)
@@ -317,7 +318,8 @@ def recover(
     ] = False,
 ) -> None:
     """Undo every fault still outstanding after a crashed harness; stop its processes."""
-    from faultday.engine.recover import find_ledgers, recover_run
+    # Start-up time: every command loads this module; the engine loads only where it is used.
+    from faultday.engine.recover import find_ledgers, recover_run  # noqa: PLC0415
 
     dirs = [run_dir] if run_dir is not None else find_ledgers(report_dir)
     if run_dir is not None and not (run_dir / "ledger.jsonl").exists():

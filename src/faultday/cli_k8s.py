@@ -13,6 +13,10 @@ import typer
 import yaml
 from rich.console import Console
 
+from faultday.core.ledger import Ledger
+from faultday.core.profile import load_profile
+from faultday.scenario.loader import load_scenario
+
 if TYPE_CHECKING:
     from faultday.cluster.kubernetes import KubernetesStack
 
@@ -38,10 +42,8 @@ def register(app_: typer.Typer) -> None:
 
 def _stack(profile: str, config: Path | None, namespace: str | None) -> KubernetesStack:
     # Imported here for start-up time: the kubernetes client is slow to import.
-    from faultday.cluster.config import KubernetesConfig, config_with, load_config
-    from faultday.cluster.kubernetes import KubernetesStack
-    from faultday.core.ledger import Ledger
-    from faultday.core.profile import load_profile
+    from faultday.cluster.config import KubernetesConfig, config_with, load_config  # noqa: PLC0415
+    from faultday.cluster.kubernetes import KubernetesStack  # noqa: PLC0415
 
     p = load_profile(profile, base_dir=Path.cwd())
     cfg = load_config(config) if config else KubernetesConfig()
@@ -61,8 +63,8 @@ def plan(
     live: Annotated[bool, typer.Option(help="Resolve selectors against the cluster.")] = False,
 ) -> None:
     """Print every object `up`, the faults and `down` would touch; change nothing."""
-    from faultday.cluster.plan import plan as make_plan
-    from faultday.scenario.loader import load_scenario
+    # Optional dependency: the kubernetes client (faultday[k8s]) loads only for k8s commands.
+    from faultday.cluster.plan import plan as make_plan  # noqa: PLC0415
 
     stack = _stack(profile, config, namespace)
     sc = load_scenario(scenario).scenario if scenario else None
@@ -83,7 +85,8 @@ def rbac(
     node_access: Annotated[bool, typer.Option(help="ClusterRole for node_gpu_loss.")] = True,
 ) -> None:
     """Print the ServiceAccount, Role and RoleBinding the harness needs (kubectl apply -f -)."""
-    from faultday.cluster.rbac import render_rbac
+    # Optional dependency: the kubernetes client (faultday[k8s]) loads only for k8s commands.
+    from faultday.cluster.rbac import render_rbac  # noqa: PLC0415
 
     stack = _stack(profile, config, namespace)
     docs = render_rbac(namespace=stack.namespace, part_of=stack.part_of, node_access=node_access)

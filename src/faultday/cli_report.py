@@ -20,6 +20,8 @@ from rich.progress import (
 )
 
 from faultday.core.exits import VERDICT_EXIT, ExitCode
+from faultday.core.journal import JOURNAL_NAME, read_journal
+from faultday.errors import UsageError
 
 if TYPE_CHECKING:
     from faultday.core.journal import Journal
@@ -45,9 +47,8 @@ def report(
     run_dir: Annotated[Path, typer.Argument(help="A run folder (holding journal.json).")],
 ) -> None:
     """Render a run's reports again from its journal.json."""
-    from faultday.core.journal import JOURNAL_NAME, read_journal
-    from faultday.errors import UsageError
-    from faultday.report.render import render_all
+    # Start-up time: `faultday --help` loads this module; the game day and renderers load on use.
+    from faultday.report.render import render_all  # noqa: PLC0415
 
     if not (run_dir / JOURNAL_NAME).is_file():
         raise UsageError(f"{run_dir}: no {JOURNAL_NAME} here (is it a run folder?)")
@@ -83,10 +84,10 @@ def runbook_render(
     ] = None,
 ) -> None:
     """Write runbooks filled with a stack's facts (and a game day's numbers)."""
-    from faultday.errors import UsageError
-    from faultday.gameday import facts_from_profile
-    from faultday.report import runbooks as rb
-    from faultday.report.gameday import measured, read_gameday
+    # Start-up time: `faultday --help` loads this module; the game day and renderers load on use.
+    from faultday.gameday import facts_from_profile  # noqa: PLC0415
+    from faultday.report import runbooks as rb  # noqa: PLC0415
+    from faultday.report.gameday import measured, read_gameday  # noqa: PLC0415
 
     base = Path.cwd()
     rdir = rb.find_runbook_dir(base)
@@ -129,10 +130,11 @@ def gameday(
     ] = None,
 ) -> None:
     """Run a suite of scenarios; write the scorecard, trend, JUnit and runbooks."""
-    from faultday.gameday import Progress as GameDayProgress
-    from faultday.gameday import run_gameday
-    from faultday.report.view import scenario_name
-    from faultday.session import SignalPolicy
+    # Start-up time: `faultday --help` loads this module; the game day and renderers load on use.
+    from faultday.gameday import Progress as GameDayProgress  # noqa: PLC0415
+    from faultday.gameday import run_gameday  # noqa: PLC0415
+    from faultday.report.view import scenario_name  # noqa: PLC0415
+    from faultday.session import SignalPolicy  # noqa: PLC0415
 
     show = sys.stderr.isatty() if progress is None else progress
     policy = SignalPolicy(say=lambda text: console.print(f"[yellow]{text}[/]"))

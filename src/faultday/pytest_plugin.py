@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from faultday.core.journal import Journal, RunVerdict
+from faultday.core.ledger import Ledger
+from faultday.core.profile import load_profile
 from faultday.errors import ScenarioError
+from faultday.injectors.base import injector_registry
 from faultday.scenario.loader import SUFFIX, LoadedScenario, load_scenario
 
 if TYPE_CHECKING:
@@ -46,9 +50,8 @@ def _pool(config: pytest.Config) -> StackPool | None:
     if config.getoption("faultday_fresh_stack"):
         return None
     if POOL_KEY not in config.stash:
-        from datetime import UTC, datetime
-
-        from faultday.session import StackPool
+        # Start-up time: every pytest session loads this plugin; the engine loads on use.
+        from faultday.session import StackPool  # noqa: PLC0415
 
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         folder = Path(config.getoption("faultday_report_dir")) / f"pytest-stacks-{stamp}"
@@ -76,7 +79,7 @@ class ScenarioFile(pytest.File):
 
     def collect(self) -> Iterator[ScenarioItem]:
         # Imported here, not at the top: every pytest session loads this plugin.
-        from faultday.session import target_resolver
+        from faultday.session import target_resolver  # noqa: PLC0415
 
         try:
             loaded = load_scenario(
@@ -107,7 +110,8 @@ class ScenarioItem(pytest.Item):
         self.loaded = loaded
 
     def runtest(self) -> None:
-        from faultday.session import Overrides, Settings, run_scenario
+        # Start-up time: every pytest session loads this plugin; the engine loads on use.
+        from faultday.session import Overrides, Settings, run_scenario  # noqa: PLC0415
 
         opt = self.config.getoption
         outcome = run_scenario(
@@ -205,9 +209,8 @@ def faultday_stack(
     Its folder (logs, ledger) is one of pytest's temporary folders, which pytest keeps
     for the last few sessions and then removes: nothing piles up in /tmp.
     """
-    from faultday.core.ledger import Ledger
-    from faultday.core.profile import load_profile
-    from faultday.stack.stack import Stack
+    # Start-up time: every pytest session loads this plugin; the engine loads on use.
+    from faultday.stack.stack import Stack  # noqa: PLC0415
 
     base = pytestconfig.invocation_params.dir
     name = pytestconfig.getoption("faultday_stack") or "local"
@@ -244,7 +247,6 @@ def inject(faultday_stack: SessionStack) -> Iterator[Any]:
     The revert is in the session's ledger before the fault acts, like in a run;
     components the test left down are restarted after it.
     """
-    from faultday.injectors.base import injector_registry
 
     registry = injector_registry()
 
