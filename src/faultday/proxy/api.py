@@ -474,7 +474,7 @@ class _ApiConnection(asyncio.Protocol):
 class ApiHandler:
     def __init__(self, server: ProxyServer, *, allowed_hosts: tuple[str, ...] = ()) -> None:
         self.server = server
-        self.allowed_hosts = allowed_hosts  # Host names beyond loopback (faultday.webguard)
+        self.allowed_hosts = allowed_hosts  # Host names beyond loopback (faultday_wire.webguard)
         self.connections: set[_ApiConnection] = set()
         self._ids = _RequestIds()
 

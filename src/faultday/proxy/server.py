@@ -370,7 +370,7 @@ class ProxyServer:
     ) -> None:
         self.host = host
         self.port = port
-        self.allowed_hosts = allowed_hosts  # API Host names beyond loopback (faultday.webguard)
+        self.allowed_hosts = allowed_hosts  # API Host names beyond loopback (webguard)
         self._initial = proxies
         self.proxies: dict[str, Proxy] = {}
         self.relay: NativeRelay | None = None
@@ -395,7 +395,8 @@ class ProxyServer:
     # ---- running -----------------------------------------------------------------------
     async def serve(self, on_ready: Callable[[ProxyServer], None] | None = None) -> None:
         """Serve until ``shutdown()``; the API is bound when ``on_ready`` is called."""
-        from faultday.proxy.api import ApiHandler  # the API imports this module
+        # The API module imports this one (ProxyServer); imported when serving starts.
+        from faultday.proxy.api import ApiHandler  # noqa: PLC0415
 
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()

@@ -86,7 +86,8 @@ def llm(
     ] = "auto",
 ) -> None:
     """Serve a vLLM-compatible OpenAI API backed by a simulated engine and GPU."""
-    from faultday_refstack.llmsim.server import serve
+    # Start-up time: `--help` and a bad option answer before the server's imports.
+    from faultday_refstack.llmsim.server import serve  # noqa: PLC0415
 
     overrides = {
         "model": model,

@@ -1285,7 +1285,8 @@ def serve(
     loop: str = "auto",
 ) -> int:
     """Run the simulator until it is stopped or its engine dies; returns the exit status."""
-    import uvicorn
+    # Start-up time: the app module is imported by tests and tools that never serve.
+    import uvicorn  # noqa: PLC0415
 
     sock = bind_socket(host, port)
     actual = sock.getsockname()[1]
@@ -1319,7 +1320,8 @@ def serve(
     if loop == "asyncio":
         return asyncio.run(main())
     try:
-        import uvloop
+        # Optional dependency: uvloop where installed, asyncio otherwise.
+        import uvloop  # noqa: PLC0415
     except ImportError:
         if loop == "uvloop":
             raise
