@@ -1,12 +1,17 @@
 """bench/stack: the local stack from cold to all-healthy, and down, leaving no process behind.
 
     .venv/bin/python bench/stack/bench_stack.py [--cycles 3] [--profile local] [--only a,b]
+                                                [--docker]
 
 Prints one JSON object: per-cycle up/down seconds, per-component ready times,
 the CPU seconds each component's processes had used when the stack was up, when
 the agent's client SDKs (imported after it serves) were loaded, and the count of
 processes and PyTriton /dev/shm segments left behind (both must be 0). Targets
 (issue 5): up <= 6 s, down <= 3 s on the project's reference machine.
+With ``--docker``, the same profile is also brought up and down as containers
+(the docker driver, faultday's image: ``make images``) in the same run, under
+``"docker"``, with what the engine still holds of it after each down (must be 0);
+without an engine or the image that part says why it was skipped.
 """
 
 from __future__ import annotations
@@ -22,11 +27,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import docker  # type: ignore[import-untyped]
 import httpx
 import psutil
 
+from faultday.cluster.compose import faultday_image
+from faultday.cluster.config import PART_OF_LABEL, part_of_value
+from faultday.cluster.docker import DockerStack
 from faultday.core.ledger import Ledger
-from faultday.core.profile import load_profile
+from faultday.core.profile import StackProfile, load_profile
 from faultday.stack import shm
 from faultday.stack.stack import RUN_MARKER, Stack
 from faultday.stack.supervisor import group_pids
@@ -73,11 +82,42 @@ def agent_sdks_loaded(stack: Stack, t0: float, *, timeout: float = 20.0) -> floa
     return None
 
 
+def docker_cycles(profile: StackProfile, cycles: int) -> dict[str, object]:
+    """Up/down of the profile as containers; what the engine keeps of it after down."""
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+        client.images.get(faultday_image())
+    except Exception as exc:  # noqa: BLE001 - any reason there is no engine or image is reported
+        return {"skipped": f"{type(exc).__name__}: {exc}"}
+    flt = {"label": f"{PART_OF_LABEL}={part_of_value(profile.name)}"}
+    out: list[dict[str, object]] = []
+    for _ in range(cycles):
+        run_dir = Path(tempfile.mkdtemp(prefix="faultday-bench-docker-"))
+        s = DockerStack(profile, run_dir=run_dir, ledger=Ledger.in_dir(run_dir))
+        t0 = time.monotonic()
+        s.up(timeout=300)
+        up_s = time.monotonic() - t0
+        t1 = time.monotonic()
+        s.down()
+        down_s = time.monotonic() - t1
+        left = len(client.containers.list(all=True, filters=flt))
+        left += len(client.networks.list(filters=flt)) + len(client.volumes.list(filters=flt))
+        out.append({"up_s": round(up_s, 2), "down_s": round(down_s, 2), "left_behind": left})
+    client.close()
+    return {
+        "cycles": out,
+        "up_median_s": statistics.median(float(str(c["up_s"])) for c in out),
+        "down_median_s": statistics.median(float(str(c["down_s"])) for c in out),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cycles", type=int, default=3)
     ap.add_argument("--profile", default="local")
     ap.add_argument("--only", default="")
+    ap.add_argument("--docker", action="store_true", help="also up/down with the docker driver")
     a = ap.parse_args()
     profile = load_profile(a.profile, base_dir=REPO)
     if a.only:
@@ -113,6 +153,7 @@ def main() -> int:
             }
         )
         time.sleep(1.0)  # let ports settle between cycles
+    on_docker = docker_cycles(profile, max(1, min(a.cycles, 20))) if a.docker else None
     print(
         json.dumps(
             {
@@ -123,11 +164,14 @@ def main() -> int:
                 "down_median_s": round(statistics.median(downs), 2),
                 "machine": f"{platform.machine()} {psutil.cpu_count()} cpus, "
                 f"load {psutil.getloadavg()[0]:.2f}",
+                **({"docker": on_docker} if on_docker is not None else {}),
             },
             indent=2,
         )
     )
     clean = all(c["left_behind"] == 0 and not c["shm_left_behind"] for c in cycles)
+    if on_docker is not None and "cycles" in on_docker:
+        clean = clean and all(c["left_behind"] == 0 for c in on_docker["cycles"])  # type: ignore[attr-defined]
     return 0 if clean else 1
 
 
