@@ -119,3 +119,37 @@ def test_runbook_render_command_writes_markdown_and_html(tmp_path: Path) -> None
     assert all(f'href="{n}.html"' in index for n in FAILURE_MODES)
     bad = faultday("runbook", "render", "--stack", "nope", "--out", str(tmp_path / "x"))
     assert bad.returncode == 2 and "no stack profile named 'nope'" in bad.stderr
+
+
+# The GPU runbooks' detection tables: dcgm-exporter's field and threshold beside the kernel log.
+GPU_SIGNALS = {
+    "gpu-loss": ("DCGM_FI_DEV_XID_ERRORS", "79 (fallen off the bus)", "NVRM: Xid"),
+    "gpu-hang": ("DCGM_FI_DEV_GPU_UTIL", "≥ 90 % for 30 s", "NVRM: Xid"),
+    "llm-latency": ("DCGM_FI_DEV_SM_CLOCK", "< 80 % of its clock", "HW Slowdown"),
+}
+WHERE = {
+    "local": ("/metrics of llm-primary", "dmesg -T"),
+    "docker": ("/metrics of the llm-primary container", "the host's kernel log"),
+    "k8s": ("dcgm-exporter on the node of llm-primary", "kubectl debug node/"),
+}
+
+
+@pytest.mark.parametrize("driver", sorted(WHERE))
+@pytest.mark.parametrize("name", sorted(GPU_SIGNALS))
+def test_gpu_runbooks_name_the_dcgm_metric_and_threshold_next_to_the_kernel_log(
+    name: str, driver: str
+) -> None:
+    facts = facts_from_profile(driver, base_dir=ROOT)
+    assert facts.driver == driver
+    md = rb.render_runbook(name, facts=facts, runbook_dir=RUNBOOKS)
+    secs = rb.sections(md)
+    metric, threshold, kernel = GPU_SIGNALS[name]
+    where, kernel_cmd = WHERE[driver]
+    rows = [ln for ln in secs["Detection signals"].splitlines() if metric in ln]
+    assert rows and threshold in rows[0] and where in rows[0], rows
+    assert kernel in secs["Detection signals"]
+    dcgm_cmds = [b for b in _blocks(secs["First checks"]) if "DCGM_FI_DEV_" in b]
+    assert dcgm_cmds, secs["First checks"]
+    assert any(kernel_cmd in b for b in _blocks(secs["First checks"]))
+    if driver == "k8s":
+        assert "nvidia-dcgm-exporter" in dcgm_cmds[0]

@@ -250,6 +250,34 @@ class Commands:
             "kubectl describe node <node> | grep -A8 -E 'Conditions|nvidia.com/gpu'",
         }[self.driver]
 
+    def dcgm_where(self, component: str) -> str:
+        """Where a replica's dcgm-exporter metrics are scraped, in this kind of stack."""
+        return {
+            # The simulator serves dcgm-exporter's fields on the replica's own /metrics.
+            Driver.LOCAL: f"/metrics of {component}",
+            Driver.DOCKER: f"/metrics of the {component} container (or dcgm-exporter, :9400)",
+            Driver.K8S: f"dcgm-exporter on the node of {component} (DaemonSet, :9400)",
+        }[self.driver]
+
+    def dcgm(self, component: str, pattern: str) -> str:
+        """dcgm-exporter's fields for the GPU of a replica, filtered by ``pattern``."""
+        if self.driver == Driver.K8S:
+            return (
+                f"kubectl -n gpu-operator exec ds/nvidia-dcgm-exporter -- "
+                f"curl -s localhost:9400/metrics | grep -E '{pattern}'"
+                f"   # on the node of {component}: kubectl get pod -l app={component} -o wide"
+            )
+        return self.metrics(component, pattern)
+
+    def kernel_log(self) -> str:
+        return {
+            Driver.LOCAL: "dmesg -T | grep -E 'NVRM: (Xid|GPU at PCI)' | tail -5",
+            Driver.DOCKER: "dmesg -T | grep -E 'NVRM: (Xid|GPU at PCI)' | tail -5"
+            "   # the host's kernel log",
+            Driver.K8S: "kubectl debug node/<node> -it --image=busybox -- "
+            "dmesg | grep -E 'NVRM: (Xid|GPU at PCI)' | tail -5",
+        }[self.driver]
+
     def cordon(self, component: str) -> str:
         return {
             Driver.LOCAL: f"# one host, no node to drain: keep {component} out "
