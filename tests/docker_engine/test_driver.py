@@ -19,16 +19,16 @@ import pytest
 
 from faultday.cluster.config import NAME_LABEL, PART_OF_LABEL, STACK_RUN_LABEL
 from faultday.cluster.docker import DockerStack
-from faultday.core.ledger import Ledger
-from faultday.core.profile import load_profile
-from faultday.core.targets import Revert, Target
-from faultday.injectors.base import Injector
-from faultday.injectors.docker import (
+from faultday.cluster.docker_faults import (
     ContainerKill,
     ContainerPause,
     ContainerRestart,
     NetworkDisconnect,
 )
+from faultday.core.ledger import Ledger
+from faultday.core.profile import load_profile
+from faultday.core.targets import Revert, Target
+from faultday.injectors.base import Injector
 
 pytestmark = pytest.mark.docker
 PART_OF = "faultday-local"

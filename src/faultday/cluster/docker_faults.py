@@ -75,9 +75,8 @@ def _get(client: Any, d: ContainerData) -> Any | None:
 
 
 def _engine_call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    import requests
-
     import docker
+    import requests
 
     try:
         return fn(*args, **kwargs)
