@@ -200,3 +200,27 @@ def test_a_bad_rule_file_names_file_line_and_every_problem() -> None:
     assert "scope: replica" in text
     assert "rules.yaml:16" in text  # the unknown signal, on its own line
     assert "no_such_signal" in text or "sm_clock_ratio" in text
+
+
+KERNEL_XID = (
+    "ERROR 2026-12-02 00:45:15,082 [faultday.llmsim.gpu] [ 1013.183467] NVRM: Xid "
+    "(PCI:0000:01:00): 79, pid=6812, name=VLLM::EngineCore, GPU has fallen off the bus.\n"
+)
+
+
+def test_an_xid_the_scrape_missed_is_read_from_the_replica_kernel_line(tmp_path: Path) -> None:
+    # The replica died before a scrape saw DCGM_FI_DEV_XID_ERRORS = 79; its log has the line.
+    journal = record_run(
+        tmp_path, fault=phase(gpu_up=False, load_error=0.3), logs={"llm-primary": KERNEL_XID}
+    )
+    (d,) = [d for d in _fired(tmp_path, journal) if d.rule == "gpu-lost-xid"]
+    assert d.evidence[0].startswith("xid = 79 (> 0): kernel log: NVRM: Xid (PCI:0000:01:00): 79")
+    assert "DCGM_FI_DEV_XID_ERRORS was not scraped" in d.evidence[0]
+
+
+def test_a_kernel_line_counts_only_for_the_replica_the_fault_hit(tmp_path: Path) -> None:
+    journal = record_run(
+        tmp_path, fault=phase(gpu_up=False, load_error=0.3), logs={"llm-primary": KERNEL_XID}
+    )
+    journal.faults[0].target = "llm-backup"
+    assert "gpu-lost-xid" not in {d.rule for d in _fired(tmp_path, journal)}

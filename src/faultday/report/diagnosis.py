@@ -27,7 +27,8 @@ from faultday.report import signals as sg
 from faultday.report.series import SeriesSet
 
 RULES_FILE = Path(__file__).with_name("diagnosis.yaml")
-LOG_TAIL_BYTES = 64 * 1024  # of each component log: the lines around a failure are at the end
+# Of each component log: a run's logs are small; a long one keeps its end, where a failure is.
+LOG_TAIL_BYTES = 1024 * 1024
 Stack = Literal["local", "docker", "k8s"]
 
 
@@ -178,17 +179,19 @@ class Evidence:
     journal: Journal
     series: SeriesSet
     journal_texts: tuple[str, ...]
-    log_texts: tuple[str, ...]
+    logs: tuple[tuple[str, str], ...]  # component → the end of its log
 
     def texts(self, where: str) -> tuple[str, ...]:
+        logs = tuple(text for _, text in self.logs)
         return {
             "journal": self.journal_texts,
-            "logs": self.log_texts,
-            "both": self.journal_texts + self.log_texts,
+            "logs": logs,
+            "both": self.journal_texts + logs,
         }[where]
 
     def frame(self, w: JournalWindow, component: str = "") -> sg.Frame:
-        return sg.Frame(self.journal, self.series, w, sg.baseline_of(self.journal), component)
+        base = sg.baseline_of(self.journal)
+        return sg.Frame(self.journal, self.series, w, base, component, self.logs)
 
 
 def journal_texts(journal: Journal) -> tuple[str, ...]:
@@ -200,16 +203,18 @@ def journal_texts(journal: Journal) -> tuple[str, ...]:
     return tuple(t for t in out if t)
 
 
-def log_texts(run_dir: Path) -> tuple[str, ...]:
-    """The end of each component log in the run folder."""
+def log_texts(run_dir: Path) -> tuple[tuple[str, str], ...]:
+    """The end of each component log in the run folder, by component (the file's stem)."""
     out = []
     logs = run_dir / "logs"
     for path in sorted(logs.glob("*.log")) if logs.is_dir() else []:
         with path.open("rb") as fh:
             size = path.stat().st_size
             fh.seek(max(0, size - LOG_TAIL_BYTES))
-            out.append(fh.read().decode("utf-8", "replace"))
-    return tuple(t for t in out if t)
+            text = fh.read().decode("utf-8", "replace")
+        if text:
+            out.append((path.stem, text))
+    return tuple(out)
 
 
 def _condition(ev: Evidence, c: Condition, frame: sg.Frame) -> str | None:

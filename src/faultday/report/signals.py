@@ -9,6 +9,7 @@ the run has no data for is ``None``: a rule never fires on missing evidence.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -104,6 +105,16 @@ class Frame:
     window: JournalWindow
     baseline: JournalWindow | None
     component: str = ""
+    logs: tuple[tuple[str, str], ...] = ()  # component → the end of its log
+
+    def log(self) -> str:
+        return next((text for name, text in self.logs if name == self.component), "")
+
+    def targets_component(self) -> bool:
+        """The window is a fault's, and that fault hit this component."""
+        return any(
+            f.name == self.window.fault and f.target == self.component for f in self.journal.faults
+        )
 
     def group(self, name: str) -> list[Series]:
         if self.component:
@@ -164,13 +175,38 @@ def gpu_temp(f: Frame) -> Value | None:
     return None if top is None else Value(top, f"{en.GPU_TEMP} max {top:.0f} C")
 
 
+# The line the NVIDIA kernel driver writes (the simulator writes it into the replica's log).
+KERNEL_XID = re.compile(r"NVRM: Xid \(PCI:[^)]*\): (\d+)[^\n]*")
+
+
+def _kernel_xid(f: Frame) -> Value | None:
+    """The Xid from the replica's kernel line, for the window of a fault that hit it."""
+    if not f.component or not f.targets_component():
+        return None
+    found = KERNEL_XID.findall(f.log())
+    m = KERNEL_XID.search(f.log())
+    if not found or m is None:
+        return None
+    return Value(
+        float(found[-1]),
+        f"kernel log: {m.group(0)[:160]} ({XID_NOT_SCRAPED})",
+    )
+
+
+XID_NOT_SCRAPED = f"{en.XID} was not scraped with it before the replica stopped answering"
+
+
 def xid(f: Frame) -> Value | None:
+    """The largest Xid dcgm-exporter reported in the window; else the replica's kernel line."""
     best: tuple[float, str] | None = None
     for s in f.group(en.XID):
         for t, v in zip(s.t, s.v, strict=True):
             if f.window.start <= t < f.window.end and v > 0 and (best is None or v > best[0]):
                 best = (v, s.label("err_msg"))
     if best is None:
+        from_log = _kernel_xid(f)
+        if from_log is not None:
+            return from_log
         return None if not f.group(en.XID) else Value(0.0, f"{en.XID} = 0")
     msg = f" ({best[1]})" if best[1] else ""
     return Value(best[0], f"{en.XID} = {best[0]:.0f}{msg}")
