@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 from tests.report.telemetry import phase, record_run
 
+from faultday.core.journal import Journal
 from faultday.core.vocab import WindowKind
+from faultday.report.charts import gpu_charts
 from faultday.report.energy import energy_rows, overall
 from faultday.report.render import render_all
 from faultday.report.series import read_series
@@ -47,7 +49,7 @@ def test_fallback_answers_are_not_goodput(tmp_path: Path) -> None:
     assert 0.3 < fault.goodput_per_joule / fault.tokens_per_joule < 0.7
 
 
-def test_a_run_without_gpu_metrics_has_no_energy_table(failed_run: tuple[object, Path]) -> None:
+def test_a_run_without_gpu_metrics_has_no_energy_table(failed_run: tuple[Journal, Path]) -> None:
     _, run_dir = failed_run
     md = (run_dir / "report.md").read_text(encoding="utf-8")
     assert "No GPU energy in this run's time series" in md
@@ -64,3 +66,19 @@ def test_reports_show_the_figures(tmp_path: Path) -> None:
     assert "| during xid79 | llm-primary | 5,000 | 250 |" in md
     html = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert 'id="energy-table"' in html and "0.08" in html
+
+
+def test_charts_show_sm_clock_and_power_per_replica(tmp_path: Path) -> None:
+    journal = record_run(tmp_path, fault=phase(gpu_sm_clock=660.0, gpu_power=250.0))
+    charts = {c.name: c for c in gpu_charts(journal, read_series(tmp_path))}
+    assert set(charts) == {"sm-clock", "power"}
+    assert "llm-primary" in charts["sm-clock"].svg and "<svg" in charts["power"].svg
+    assert render_all(journal, tmp_path) == []
+    assert (tmp_path / "charts" / "sm-clock.svg").is_file()
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert 'id="chart-sm-clock"' in html and 'id="chart-power"' in html
+
+
+def test_no_gpu_charts_without_dcgm_metrics(failed_run: tuple[Journal, Path]) -> None:
+    journal, run_dir = failed_run
+    assert gpu_charts(journal, read_series(run_dir)) == []

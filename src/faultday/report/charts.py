@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 
 from faultday.core.journal import Journal
 from faultday.core.vocab import CATALOGUE, STEADY_WINDOWS, EventKind, WindowKind
+from faultday.report import energy as en
 from faultday.report.series import Series, SeriesSet
 from faultday.report.view import Chart
 
@@ -209,4 +210,21 @@ def make_charts(journal: Journal, series: SeriesSet) -> list[Chart]:
         charts.append(
             _line_chart(journal, "degraded", "Degraded share by reason", deg, "% of requests")
         )
-    return charts
+    return charts + gpu_charts(journal, series)
+
+
+def gpu_charts(journal: Journal, series: SeriesSet) -> list[Chart]:
+    """SM clock and power per GPU replica, from dcgm-exporter's fields on its /metrics."""
+    out = []
+    for name, field, title, unit in (
+        ("sm-clock", en.SM_CLOCK, "GPU SM clock (DCGM_FI_DEV_SM_CLOCK)", "MHz"),
+        ("power", en.POWER, "GPU power (DCGM_FI_DEV_POWER_USAGE)", "W"),
+    ):
+        lines = [
+            (s, s.label("component"), 1.0)
+            for c in en.gpu_components(series)
+            for s in en.component_series(series, field, c)[:1]
+        ]
+        if lines:
+            out.append(_line_chart(journal, name, title, lines, unit))
+    return out
