@@ -77,7 +77,7 @@ def _meets(r: RequestRecord, p: TokensPerJouleParams) -> bool:
     return not (p.slo_ttft is not None and (r.ttft is None or r.ttft > p.slo_ttft))
 
 
-def good_share(records: list[RequestRecord], p: TokensPerJouleParams) -> float | None:
+def _good_share(records: list[RequestRecord], p: TokensPerJouleParams) -> float | None:
     """Share of the client's tokens (requests when none carry tokens) that met the SLO."""
     if not records:
         return None
@@ -90,7 +90,7 @@ def good_share(records: list[RequestRecord], p: TokensPerJouleParams) -> float |
     return sum(weight(r) for r in records if _meets(r, p)) / total if total else None
 
 
-def tokens_per_joule(
+def _tokens_per_joule(
     ctx: CheckContext, p: TokensPerJouleParams, window: Window, replicas: list[str]
 ) -> tuple[float | None, float, float]:
     """(tokens/J or None when too little energy, tokens, joules) over the replicas."""
@@ -100,7 +100,7 @@ def tokens_per_joule(
         joules += counter_increase(ctx, energy, window, {"component": c})[0] / 1e3
         tokens += counter_increase(ctx, GEN_TOKENS, window, {"component": c})[0]
     if p.goodput:
-        share = good_share(requests_in(ctx, window), p)
+        share = _good_share(requests_in(ctx, window), p)
         tokens = tokens * share if share is not None else 0.0
     if joules < p.min_joules:
         return None, tokens, joules
@@ -128,7 +128,7 @@ class TokensPerJoule(Check[TokensPerJouleParams]):
                 Verdict.INSUFFICIENT,
                 message=f"no {ENERGY} scraped from a component matching {params.target!r}",
             )
-        value, tokens, joules = tokens_per_joule(ctx, params, window, replicas)
+        value, tokens, joules = _tokens_per_joule(ctx, params, window, replicas)
         if value is None:
             return insufficient(
                 self.name,
@@ -157,7 +157,7 @@ class TokensPerJoule(Check[TokensPerJouleParams]):
         label: str,
     ) -> CheckResult:
         base_w = baseline_window(ctx)
-        base = tokens_per_joule(ctx, params, base_w, replicas)[0] if base_w else None
+        base = _tokens_per_joule(ctx, params, base_w, replicas)[0] if base_w else None
         if base is None or base <= 0:
             return CheckResult(
                 self.name,
