@@ -76,6 +76,7 @@ lint: setup
 	$(VENV)/bin/ruff check src tests
 	$(VENV)/bin/ruff format --check src tests
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports  # the layer contracts in .importlinter (docs/architecture.md)
 
 clean:
 	rm -rf reports .pytest_cache .mypy_cache .ruff_cache
