@@ -9,8 +9,10 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from tests.conftest import wait_for
 
 from faultday.core.loadconfig import HttpRequestSpec, Shape, ShapeSpec, users_at
+from faultday.core.protocols import FaultWatcher
 from faultday.core.scenario import Scenario
 from faultday.engine.participants import participants_for
 from faultday.load.runner import LoadOptions, LocustLoad
@@ -159,6 +161,23 @@ def test_shapes() -> None:
         kind=Shape.SPIKE, users=2, spawn_rate=1, spike_users=20, spike_at=3, spike_duration=1
     )
     assert [users_at(spike, t, duration=10) for t in (2.9, 3, 3.9, 4)] == [2, 20, 20, 2]
+
+
+def test_scraper_looks_again_as_soon_as_a_fault_acts(tmp_path: Path, ok_server: str) -> None:
+    """A replica its fault kills may exit before the next round: the engine pokes the scraper."""
+    sc = scenario("30s", warmup="0s", workload="none")
+    run = StandaloneRun(sc, tmp_path, {"agent": ok_server})
+    scraper = MetricsScraper(interval=30.0)  # one round at start, the next 30 s later
+    assert isinstance(scraper, FaultWatcher)  # so the engine calls it after each injection
+    scraper.start(run)
+    try:
+        wait_for(lambda: scraper.stats.rounds >= 1, 10, "the first scrape round")
+        time.sleep(0.3)
+        assert scraper.stats.rounds == 1
+        scraper.fault_injected("xid79")
+        wait_for(lambda: scraper.stats.rounds >= 2, 5, "a round right after the fault")
+    finally:
+        scraper.stop()
 
 
 def test_scraper_parses_prometheus_text(tmp_path: Path, ok_server: str) -> None:

@@ -254,6 +254,16 @@ class Participant(Protocol):
         ...
 
 
+@runtime_checkable
+class FaultWatcher(Protocol):
+    """A participant that looks again right after a fault acts: the metrics scraper, since a
+    replica that dies of its fault (Xid 79) may be gone before its next round."""
+
+    def fault_injected(self, fault: str) -> None:
+        """Called on the engine's thread right after ``fault`` took effect; must not block."""
+        ...
+
+
 class FaultContext(Protocol):
     """What an injector may use besides its target: the run folder and the stack driver."""
 

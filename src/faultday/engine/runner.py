@@ -26,7 +26,7 @@ from faultday.core.journal import (
     RunVerdict,
 )
 from faultday.core.ledger import Ledger
-from faultday.core.protocols import Interruptible, StackDriver
+from faultday.core.protocols import FaultWatcher, Interruptible, StackDriver
 from faultday.core.records import Observations
 from faultday.core.scenario import CheckSpec, Fault, Scenario
 from faultday.core.targets import Revert, Target
@@ -402,6 +402,9 @@ class Run:
             target=fault.target,
             injector=fault.inject,
         )
+        for p in self._started_participants:
+            if isinstance(p, FaultWatcher):
+                p.fault_injected(fault.name)
         active = _ActiveFault(fault, injector, params, revert, now)
         if fault.duration is None or injector.one_shot:
             self._revert_one(active)  # one-shot: undo (e.g. restart) right away

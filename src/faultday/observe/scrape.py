@@ -68,6 +68,8 @@ class MetricsScraper:
         self.interval = interval
         self.stats = ScrapeStats()
         self._stop = threading.Event()
+        # Set by stop() and by a fault taking effect: the loop scrapes again at once.
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._urls: dict[str, str] = {}
         self._run: RunView | None = None
@@ -98,7 +100,10 @@ class MetricsScraper:
                 nxt += self._real
                 # Never queue up missed rounds: a slow round skips ahead instead.
                 nxt = max(nxt, time.monotonic())
-                self._stop.wait(max(0.0, nxt - time.monotonic()))
+                self._wake.wait(max(0.0, nxt - time.monotonic()))
+                if self._wake.is_set() and not self._stop.is_set():
+                    self._wake.clear()
+                    nxt = time.monotonic()  # a fault acted: look now (FaultWatcher)
 
     def scrape_once(self, client: httpx.Client, skip: set[str]) -> None:
         assert self._run is not None
@@ -127,8 +132,13 @@ class MetricsScraper:
         self.stats.rounds += 1
         self._run.observations.add_samples(samples)
 
+    def fault_injected(self, fault: str) -> None:
+        """A fault took effect: scrape now, before a replica it kills can exit."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(5.0)
             self._thread = None
