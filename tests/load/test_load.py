@@ -174,7 +174,7 @@ def test_scraper_looks_again_as_soon_as_a_fault_acts(tmp_path: Path, ok_server: 
         wait_for(lambda: scraper.stats.rounds >= 1, 10, "the first scrape round")
         time.sleep(0.3)
         assert scraper.stats.rounds == 1
-        scraper.fault_injected("xid79")
+        scraper.fault_injected("xid79", target="agent")
         wait_for(lambda: scraper.stats.rounds >= 2, 5, "a round right after the fault")
     finally:
         scraper.stop()

@@ -259,8 +259,9 @@ class FaultWatcher(Protocol):
     """A participant that looks again right after a fault acts: the metrics scraper, since a
     replica that dies of its fault (Xid 79) may be gone before its next round."""
 
-    def fault_injected(self, fault: str) -> None:
-        """Called on the engine's thread right after ``fault`` took effect; must not block."""
+    def fault_injected(self, fault: str, *, target: str) -> None:
+        """Called on the engine's thread right after ``fault`` took effect on ``target``;
+        must not block."""
         ...
 
 

@@ -404,7 +404,7 @@ class Run:
         )
         for p in self._started_participants:
             if isinstance(p, FaultWatcher):
-                p.fault_injected(fault.name)
+                p.fault_injected(fault.name, target=fault.target)
         active = _ActiveFault(fault, injector, params, revert, now)
         if fault.duration is None or injector.one_shot:
             self._revert_one(active)  # one-shot: undo (e.g. restart) right away

@@ -70,6 +70,7 @@ class MetricsScraper:
         self._stop = threading.Event()
         # Set by stop() and by a fault taking effect: the loop scrapes again at once.
         self._wake = threading.Event()
+        self._first = ""  # the component the last fault hit: scraped first in the next round
         self._thread: threading.Thread | None = None
         self._urls: dict[str, str] = {}
         self._run: RunView | None = None
@@ -108,7 +109,9 @@ class MetricsScraper:
     def scrape_once(self, client: httpx.Client, skip: set[str]) -> None:
         assert self._run is not None
         samples: list[Sample] = []
-        for comp, url in self._urls.items():
+        first, self._first = self._first, ""
+        order = sorted(self._urls.items(), key=lambda item: item[0] != first)
+        for comp, url in order:
             if comp in skip:
                 continue
             wall = time.time()
@@ -132,8 +135,9 @@ class MetricsScraper:
         self.stats.rounds += 1
         self._run.observations.add_samples(samples)
 
-    def fault_injected(self, fault: str) -> None:
-        """A fault took effect: scrape now, before a replica it kills can exit."""
+    def fault_injected(self, fault: str, *, target: str) -> None:
+        """A fault took effect: scrape now, its target first, before a replica it kills exits."""
+        self._first = target
         self._wake.set()
 
     def stop(self) -> None:
