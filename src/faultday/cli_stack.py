@@ -21,11 +21,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from faultday.cli_docker import build_images, docker_down, docker_status, docker_up
+from faultday.cluster.compose import render_compose
 from faultday.core.components import ProbeKind
 from faultday.core.exits import ExitCode
 from faultday.core.ledger import Ledger
 from faultday.core.profile import StackProfile, load_profile
 from faultday.errors import StackError, UsageError
+from faultday.stack.render import render_profile
 from faultday.stack.stack import Stack as ProcessStack
 from faultday.stack.stack import StackInfo
 from faultday.stack.supervisor import HOST, probe_once, tail
@@ -137,7 +140,6 @@ def _docker_up(
     timeout: float,
     image: str | None,
 ) -> None:
-    from faultday.cli_docker import docker_up
 
     run_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -188,8 +190,6 @@ def status(
     info, raw = state
     prof = _load(str(raw["profile"]), str(raw.get("only", "")))
     if raw.get("driver") == "docker":
-        from faultday.cli_docker import docker_status
-
         now = docker_status(prof, run_dir)
         _show(now, output)
         if not any(c.health == "ready" for c in now.components):
@@ -222,14 +222,13 @@ def down(profile: ProfileOpt = "local", state_dir: StateOpt = None) -> None:
         return
     state = _read_state(run_dir)
     if state is not None and state[1].get("driver") == "docker":
-        from faultday.cli_docker import docker_down
-
         t0 = time.monotonic()
         docker_down(_load(str(state[1]["profile"]), str(state[1].get("only", ""))), run_dir)
         (run_dir / STATE_FILE).unlink(missing_ok=True)
         console.print(f"[green]down[/] in {time.monotonic() - t0:.1f}s (docker)")
         return
-    from faultday.engine.recover import RecoverResult, stop_run_processes
+    # Start-up time: every command loads this module; the engine loads only where it is used.
+    from faultday.engine.recover import RecoverResult, stop_run_processes  # noqa: PLC0415
 
     t0 = time.monotonic()
     result = RecoverResult()
@@ -275,11 +274,8 @@ def render(
     ] = "official",
 ) -> None:
     """Write the profile as a docker compose file or Kubernetes manifests."""
-    from faultday.stack.render import render_profile
 
     if driver == "docker" and images == "faultday":
-        from faultday.cluster.compose import render_compose
-
         project = render_compose(load_profile(profile, base_dir=Path.cwd()), out=out)
         for f in project.files:
             console.print(f"wrote {f}")
@@ -297,7 +293,6 @@ def build_images_command(
     image: Annotated[str | None, typer.Option(help="The tag [$FAULTDAY_IMAGE].")] = None,
 ) -> None:
     """Build faultday's image (docker-build/) from a wheelhouse made with pip."""
-    from faultday.cli_docker import build_images
 
     build_images(offline=offline, image=image)
 

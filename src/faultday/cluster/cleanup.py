@@ -237,8 +237,9 @@ def docker_cleanup_record(
 def remove_docker_stack(client: Any, record: Revert) -> list[str]:
     """Remove the recorded containers, then the network; only ones labelled as this stack's
     and this run's; gone is fine. One line per object; RevertError after trying all."""
-    import docker  # type: ignore[import-untyped]
-    import requests
+    # Optional dependency: the docker SDK (faultday[k8s]), for docker stacks only.
+    import docker  # type: ignore[import-untyped]  # noqa: PLC0415
+    import requests  # noqa: PLC0415
 
     api_errors = (docker.errors.DockerException, requests.RequestException)
     owner = {
@@ -263,7 +264,8 @@ def remove_docker_stack(client: Any, record: Revert) -> list[str]:
 
 
 def _remove_one(kind: str, name: str, collection: Any, owner: dict[str, str]) -> str:
-    import docker
+    # Optional dependency: the docker SDK (faultday[k8s]), for docker stacks only.
+    import docker  # noqa: PLC0415
 
     try:
         obj = collection.get(name)

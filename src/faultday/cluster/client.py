@@ -138,7 +138,8 @@ class KubernetesCluster:
         return self._api_client
 
     def api(self, name: str) -> Any:
-        from kubernetes import client
+        # Optional dependency: the kubernetes client (faultday[k8s]), for clusters only.
+        from kubernetes import client  # noqa: PLC0415
 
         return getattr(client, name)(self._client())
 
@@ -153,8 +154,9 @@ class KubernetesCluster:
 
     @contextmanager
     def _call(self, what: str) -> Iterator[None]:
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
+        # Optional dependency: the kubernetes client (faultday[k8s]), for clusters only.
+        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+        from urllib3.exceptions import HTTPError  # noqa: PLC0415
 
         try:
             yield

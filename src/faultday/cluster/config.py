@@ -55,7 +55,8 @@ class ClusterAccess(_Strict):
     def client(self) -> ApiClient:
         """A fresh ``kubernetes.client.ApiClient`` for this access (caller closes it)."""
         try:
-            from kubernetes import client, config
+            # Optional dependency: the kubernetes client (faultday[k8s]), for clusters only.
+            from kubernetes import client, config  # noqa: PLC0415
         except ImportError as exc:
             raise StackError("the kubernetes driver needs faultday[k8s]") from exc
         cfg = client.Configuration()
@@ -88,7 +89,8 @@ class DockerAccess(_Strict):
     def client(self) -> Any:
         """A ``docker.DockerClient`` for this access (caller closes it)."""
         try:
-            import docker  # type: ignore[import-untyped]
+            # Optional dependency: the docker SDK (faultday[k8s]), for docker stacks only.
+            import docker  # type: ignore[import-untyped]  # noqa: PLC0415
         except ImportError as exc:
             raise StackError("the docker driver needs faultday[k8s] (the docker SDK)") from exc
         kw: dict[str, Any] = {"version": self.api_version, "timeout": self.timeout}

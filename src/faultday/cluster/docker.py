@@ -44,6 +44,8 @@ from faultday.core.profile import StackProfile
 from faultday.core.targets import Revert, Target, TargetKind
 from faultday.core.yamlpos import parse_file, validation_problems
 from faultday.errors import ScenarioError, StackError
+from faultday.stack import render
+from faultday.stack.render import render_profile
 from faultday.stack.stack import ComponentInfo, EdgeInfo, StackInfo
 
 log = logging.getLogger(__name__)
@@ -120,7 +122,6 @@ def _seconds(text: str) -> int:
 
 def container_port(profile: StackProfile, component: str) -> int:
     """The component's main port inside its container (the renderer's table)."""
-    from faultday.stack import render
 
     # The renderer keeps its port table private; ask the stack owner for an accessor.
     table = render._PORTS
@@ -165,7 +166,6 @@ class DockerStack:
     # -- rendering and the command plan ---------------------------------------------------
 
     def _render(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        from faultday.stack.render import render_profile
 
         with tempfile.TemporaryDirectory(prefix="faultday-docker-") as tmp:
             if self.config.images == "faultday":
@@ -231,7 +231,8 @@ class DockerStack:
             }
         devices = svc.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices")
         if devices:
-            from docker.types import DeviceRequest  # type: ignore[import-untyped]
+            # Optional dependency: the docker SDK (faultday[k8s]), for docker stacks only.
+            from docker.types import DeviceRequest  # type: ignore[import-untyped]  # noqa: PLC0415
 
             args["device_requests"] = [
                 DeviceRequest(
@@ -269,8 +270,9 @@ class DockerStack:
         return self._client
 
     def _errors(self) -> tuple[type[BaseException], ...]:
-        import docker  # type: ignore[import-untyped]
-        import requests
+        # Optional dependency: the docker SDK (faultday[k8s]), for docker stacks only.
+        import docker  # type: ignore[import-untyped]  # noqa: PLC0415
+        import requests  # noqa: PLC0415
 
         return (docker.errors.DockerException, requests.RequestException)
 
@@ -278,7 +280,6 @@ class DockerStack:
 
     def up(self, *, timeout: float | None = None) -> None:
         """Write the rendering, create the network, start services in dependency order."""
-        from faultday.stack.render import render_profile
 
         if self.config.images == "faultday":
             render_compose(
@@ -319,7 +320,8 @@ class DockerStack:
         self.ledger.add_cleanup(self._cleanup)
 
     def _create(self, service: str) -> Any:
-        import docker
+        # Optional dependency: the docker SDK (faultday[k8s]), for docker stacks only.
+        import docker  # noqa: PLC0415
 
         client = self._docker()
         args = self.create_args(service)

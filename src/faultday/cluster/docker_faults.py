@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from faultday.cluster.config import DockerAccess
+from faultday.cluster.docker import DockerStack
 from faultday.core.targets import Revert, Target
 from faultday.errors import InjectionError, StackError
 from faultday.injectors.base import FaultContext, Injector, NoParams, RevertData
@@ -48,7 +49,6 @@ class KillParams(BaseModel):
 
 
 def _docker_stack(ctx: FaultContext, target: Target) -> Any:
-    from faultday.cluster.docker import DockerStack
 
     stack = ctx.stack
     if not isinstance(stack, DockerStack):
@@ -65,7 +65,8 @@ def _container_data(ctx: FaultContext, target: Target, *, timeout: float = 60.0)
 
 def _get(client: Any, d: ContainerData) -> Any | None:
     """The recorded container by ID, or None when it is gone (nothing left to undo)."""
-    import docker  # type: ignore[import-untyped]
+    # Optional dependency: the docker SDK (faultday[k8s]), for docker stacks only.
+    import docker  # type: ignore[import-untyped]  # noqa: PLC0415
 
     try:
         return client.containers.get(d.id)
@@ -75,8 +76,11 @@ def _get(client: Any, d: ContainerData) -> Any | None:
 
 
 def _engine_call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    import docker
-    import requests
+    # Optional dependency: the docker SDK (faultday[k8s]), for docker stacks only.
+    import docker  # noqa: PLC0415
+
+    # Optional dependency: the docker SDK (faultday[k8s]), for docker stacks only.
+    import requests  # noqa: PLC0415
 
     try:
         return fn(*args, **kwargs)
