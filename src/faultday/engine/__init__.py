@@ -1,1 +1,1 @@
-"""The run engine: phases, clock, reverts ledger, event timeline."""
+"""The run engine: the Run (phases, schedule, reverts, checks, journal), dry runs, recover."""

@@ -1,1 +1,1 @@
-"""What a run observes: request records from the load, sampled time series, events."""
+"""What a run observes: metrics scraped from each component, and the time series of them."""

@@ -1,1 +1,1 @@
-"""The stack driver: profiles, the process supervisor, components and renderings."""
+"""The process driver: the supervisor, ports, readiness, temp-folder and shm hygiene."""
