@@ -18,6 +18,9 @@ from faultday.cluster.config import PART_OF_LABEL
 pytestmark = pytest.mark.docker
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = ["gpu-loss", "vector-store-outage", "tool-overload", "agent-crash"]
+# At 0.1 the baseline is 3 s of wall time: tool-overload's agent tasks on Docker numbered 8
+# there in a clean CI run (10 are needed to judge), so the containers get twice that.
+TIME_SCALE = "0.2"
 
 
 @pytest.mark.timeout(900)
@@ -27,7 +30,7 @@ def test_library_scenario_passes_on_docker(
 ) -> None:
     report = Path(os.environ.get("FAULTDAY_DOCKER_REPORTS", tmp_path))
     argv = [sys.executable, "-m", "faultday.cli", "run", f"scenarios/{name}.scenario.yaml"]
-    argv += ["--driver", "docker", "--time-scale", "0.1", "--report-dir", str(report)]
+    argv += ["--driver", "docker", "--time-scale", TIME_SCALE, "--report-dir", str(report)]
     t0 = time.monotonic()
     done = subprocess.run(
         [*argv, "--no-progress"], cwd=REPO, capture_output=True, text=True, timeout=840
