@@ -46,8 +46,15 @@ class NativeRelayHook(BuildHookInterface):  # type: ignore[type-arg]
         if version == "editable":
             compile_relay(root, root / "src" / TARGET)
             return
-        out = Path(tempfile.mkdtemp(prefix="faultday-relay-")) / "_relay.so"
+        self._tmp = Path(tempfile.mkdtemp(prefix="faultday-relay-"))
+        out = self._tmp / "_relay.so"
         if compile_relay(root, out):
             build_data["force_include"][str(out)] = TARGET
             build_data["pure_python"] = False
             build_data["infer_tag"] = True
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        # The wheel holds its copy of the relay by now; the compile folder goes.
+        tmp = getattr(self, "_tmp", None)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -103,6 +104,7 @@ def docker_cycles(profile: StackProfile, cycles: int) -> dict[str, object]:
         down_s = time.monotonic() - t1
         left = len(client.containers.list(all=True, filters=flt))
         left += len(client.networks.list(filters=flt)) + len(client.volumes.list(filters=flt))
+        shutil.rmtree(run_dir, ignore_errors=True)  # logs and state of a finished cycle
         out.append({"up_s": round(up_s, 2), "down_s": round(down_s, 2), "left_behind": left})
     client.close()
     return {
@@ -152,6 +154,7 @@ def main() -> int:
                 "shm_left_behind": sorted(n for n in shm_left if shm.is_python_shm(n)),
             }
         )
+        shutil.rmtree(run_dir, ignore_errors=True)  # after the leftover scan that reads it
         time.sleep(1.0)  # let ports settle between cycles
     on_docker = docker_cycles(profile, max(1, min(a.cycles, 20))) if a.docker else None
     print(
