@@ -126,11 +126,9 @@ def _ensure_running(d: ContainerData) -> None:
         client.close()
 
 
-class ContainerKill(Injector[KillParams, ContainerData]):
-    """Send a signal (SIGKILL) to a component's container; it runs again at window end."""
+class _RunningAgain(Injector[KillParams, ContainerData]):
+    """A fault after which the container must run again: the revert starts it if it is not."""
 
-    name: ClassVar[str] = "container_kill"
-    summary: ClassVar[str] = "SIGKILL a component's container (docker); running again by the end"
     Params = KillParams
     Data = ContainerData
 
@@ -140,6 +138,16 @@ class ContainerKill(Injector[KillParams, ContainerData]):
         data = _container_data(ctx, target, timeout=params.restart_timeout)
         return self.record(target, fault=fault, action="start", data=data)
 
+    def revert(self, ctx: FaultContext, revert: Revert) -> None:
+        _ensure_running(self.data(revert))
+
+
+class ContainerKill(_RunningAgain):
+    """Send a signal (SIGKILL) to a component's container; it runs again at window end."""
+
+    name: ClassVar[str] = "container_kill"
+    summary: ClassVar[str] = "SIGKILL a component's container (docker); running again by the end"
+
     def inject(self, ctx: FaultContext, target: Target, params: KillParams, revert: Revert) -> None:
         d = self.data(revert)
         c = _docker_stack(ctx, target).container(target.name)
@@ -147,9 +155,6 @@ class ContainerKill(Injector[KillParams, ContainerData]):
             raise InjectionError(f"{target.name}: container {d.id[:12]} was replaced")
         _engine_call("kill", c.kill, signal=params.signal)
         log.info("sent %s to container %s", params.signal, d.container)
-
-    def revert(self, ctx: FaultContext, revert: Revert) -> None:
-        _ensure_running(self.data(revert))
 
 
 class ContainerPause(Injector[NoParams, ContainerData]):
@@ -180,27 +185,16 @@ class ContainerPause(Injector[NoParams, ContainerData]):
             client.close()
 
 
-class ContainerRestart(Injector[KillParams, ContainerData]):
+class ContainerRestart(_RunningAgain):
     """``docker restart`` a component's container (SIGTERM, then SIGKILL after 10 s)."""
 
     name: ClassVar[str] = "container_restart"
     summary: ClassVar[str] = "restart a component's container (docker restart)"
-    Params = KillParams
-    Data = ContainerData
-
-    def prepare(
-        self, ctx: FaultContext, target: Target, params: KillParams, *, fault: str
-    ) -> Revert:
-        data = _container_data(ctx, target, timeout=params.restart_timeout)
-        return self.record(target, fault=fault, action="start", data=data)
 
     def inject(self, ctx: FaultContext, target: Target, params: KillParams, revert: Revert) -> None:
         c = _docker_stack(ctx, target).container(target.name)
         _engine_call("restart", c.restart, timeout=10)
         log.info("restarted container %s", c.name)
-
-    def revert(self, ctx: FaultContext, revert: Revert) -> None:
-        _ensure_running(self.data(revert))
 
 
 class NetworkDisconnect(Injector[NoParams, NetworkData]):
