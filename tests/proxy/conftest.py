@@ -11,14 +11,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
-from faultday.proxy import ProxyServer
+from faultday.proxy import ProxyServer, native
 from faultday.proxy.client import ToxiproxyClient
 
 HERE = Path(__file__).resolve().parent
@@ -222,3 +222,50 @@ def sse_server() -> Iterator[str]:
         yield f"127.0.0.1:{port}"
     finally:
         stop(proc)
+
+
+def until(cond: Callable[[], bool], timeout: float = 5.0) -> bool:
+    """Poll ``cond`` until true or ``timeout``; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return cond()
+
+
+def connect(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+# The relay tests run each case on both relays: the native one (where built) and Python's.
+@pytest.fixture(params=["native", "python"])
+def server(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ProxyServer]:
+    if request.param == "native" and not native.available():
+        pytest.skip("the native relay is not built here (no C compiler)")
+    monkeypatch.setenv(native.ENV_SWITCH, "1" if request.param == "native" else "0")
+    srv = ProxyServer().start()
+    try:
+        assert (srv.relay is not None) is (request.param == "native")
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def api(server: ProxyServer) -> Iterator[ToxiproxyClient]:
+    with ToxiproxyClient(server.api_url) as c:
+        yield c
+
+
+@pytest.fixture
+def edge(api: ToxiproxyClient, echo: EchoServer) -> int:
+    return api.create_proxy("edge", upstream=echo.addr).port

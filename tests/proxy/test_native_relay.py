@@ -14,28 +14,14 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
 
 import pytest
-from tests.proxy.conftest import EchoServer
+from tests.proxy.conftest import EchoServer, open_fds, until
 
 from faultday.proxy import ProxyServer, native
 from faultday.proxy.client import ToxiproxyClient
 
 MIB = 1 << 20
-
-
-def _fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-def _until(cond: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
 
 
 def _recv_exactly(s: socket.socket, n: int) -> bytes:
@@ -46,27 +32,6 @@ def _recv_exactly(s: socket.socket, n: int) -> bytes:
             raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
         buf += chunk
     return bytes(buf)
-
-
-@pytest.fixture(params=["native", "python"])
-def server(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ProxyServer]:
-    if request.param == "native" and not native.available():
-        pytest.skip("the native relay is not built here (no C compiler)")
-    monkeypatch.setenv(native.ENV_SWITCH, "1" if request.param == "native" else "0")
-    srv = ProxyServer().start()
-    try:
-        assert (srv.relay is not None) is (request.param == "native")
-        yield srv
-    finally:
-        srv.stop()
-
-
-@pytest.fixture
-def api(server: ProxyServer) -> Iterator[ToxiproxyClient]:
-    with ToxiproxyClient(server.api_url) as c:
-        yield c
 
 
 def test_native_relay_is_built_where_a_compiler_is(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,7 +55,7 @@ def test_bytes_arrive_intact_and_are_counted(
         s.sendall(payload)
         reader.join(20)
         assert got and hashlib.sha256(got[0]).digest() == hashlib.sha256(payload).digest()
-    assert _until(lambda: server.counters("e").connections_active == 0)
+    assert until(lambda: server.counters("e").connections_active == 0)
     c = server.counters("e")
     assert c.connections_total == 1
     assert c.bytes_received_upstream == c.bytes_sent_upstream == len(payload)
@@ -124,7 +89,7 @@ def test_half_close_passes_through(server: ProxyServer, api: ToxiproxyClient) ->
     lsock.close()
     assert seen == [b"ping"]
     assert answer == b"after-eof:ping"
-    assert _until(lambda: server.counters("hc").connections_active == 0)
+    assert until(lambda: server.counters("hc").connections_active == 0)
 
 
 def test_server_speaks_first(server: ProxyServer, api: ToxiproxyClient) -> None:
@@ -224,7 +189,7 @@ def test_http_is_framed_and_counted(server: ProxyServer, api: ToxiproxyClient) -
             assert _recv_exactly(s, 40).endswith(b"ok")
     t.join(5)
     lsock.close()
-    assert _until(lambda: server.counters("h").http_requests == 2)
+    assert until(lambda: server.counters("h").http_requests == 2)
     assert server.counters("h").responses(200) == 2
 
 
@@ -250,7 +215,7 @@ def test_many_connections_leave_no_descriptor_behind(
     if not native.available():
         pytest.skip("the native relay is not built here (no C compiler)")
     monkeypatch.setenv(native.ENV_SWITCH, "1")
-    before = _fds()
+    before = open_fds()
     srv = ProxyServer().start()
     try:
         with ToxiproxyClient(srv.api_url) as api:
@@ -262,11 +227,11 @@ def test_many_connections_leave_no_descriptor_behind(
                 assert s.recv(10) == b"%d" % i
             for s in socks[:75]:
                 s.close()
-            assert _until(lambda: srv.counters("m").connections_active == 75)
+            assert until(lambda: srv.counters("m").connections_active == 75)
             api.add_toxic("m", type="latency", attributes={"latency": 1})  # takes the rest back
             for s in socks[75:]:
                 s.close()
-            assert _until(lambda: srv.counters("m").connections_active == 0)
+            assert until(lambda: srv.counters("m").connections_active == 0)
     finally:
         srv.stop()
-    assert _until(lambda: _fds() <= before), (before, _fds())
+    assert until(lambda: open_fds() <= before), (before, open_fds())

@@ -13,29 +13,13 @@ import socket
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
 
 import pytest
-from tests.proxy.conftest import EchoServer
+from tests.proxy.conftest import connect, until
 
-from faultday.proxy import ProxyServer, native
+from faultday.proxy import ProxyServer
 from faultday.proxy.client import ToxiproxyClient
 from faultday.proxy.toxics import NATIVE_TYPES, slice_sizes
-
-
-def _until(cond: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
-
-
-def _connect(port: int) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", port), timeout=5)
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return s
 
 
 def _recv_exactly(s: socket.socket, n: int) -> bytes:
@@ -87,32 +71,6 @@ class RecordingServer:
         self._thread.join(5)
 
 
-@pytest.fixture(params=["native", "python"])
-def server(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ProxyServer]:
-    if request.param == "native" and not native.available():
-        pytest.skip("the native relay is not built here (no C compiler)")
-    monkeypatch.setenv(native.ENV_SWITCH, "1" if request.param == "native" else "0")
-    srv = ProxyServer().start()
-    try:
-        assert (srv.relay is not None) is (request.param == "native")
-        yield srv
-    finally:
-        srv.stop()
-
-
-@pytest.fixture
-def api(server: ProxyServer) -> Iterator[ToxiproxyClient]:
-    with ToxiproxyClient(server.api_url) as c:
-        yield c
-
-
-@pytest.fixture
-def edge(api: ToxiproxyClient, echo: EchoServer) -> int:
-    return api.create_proxy("edge", upstream=echo.addr).port
-
-
 def _held_natively(server: ProxyServer, n: int) -> bool:
     """On the native run: the relay holds ``n`` toxic connections (Python: vacuous).
 
@@ -121,7 +79,7 @@ def _held_natively(server: ProxyServer, n: int) -> bool:
     """
     if server.relay is None:
         return True
-    return _until(lambda: len(server.proxies["edge"].native_conns) == n, timeout=2.0)
+    return until(lambda: len(server.proxies["edge"].native_conns) == n, timeout=2.0)
 
 
 def _acted(server: ProxyServer, toxic_type: str) -> int:
@@ -157,7 +115,7 @@ def test_slicer_sends_pieces_with_a_delay_after_each(
         attributes={"average_size": 100, "size_variation": 0, "delay": 20_000},
     )
     payload = os.urandom(1000)
-    with _connect(edge) as s:
+    with connect(edge) as s:
         t0 = time.perf_counter()
         s.sendall(payload)
         pieces: list[bytes] = []
@@ -183,7 +141,7 @@ def test_slicer_without_delay_keeps_every_byte(
         attributes={"average_size": 1000, "size_variation": 300, "delay": 0},
     )
     payload = os.urandom(2 << 20)
-    with _connect(edge) as s:
+    with connect(edge) as s:
         got = bytearray()
         for off in range(0, len(payload), 1 << 18):
             s.sendall(payload[off : off + (1 << 18)])
@@ -197,14 +155,14 @@ def test_limit_data_closes_once_its_bytes_are_through(
 ) -> None:
     api.add_toxic("edge", type="limit_data", attributes={"bytes": 1000})
     payload = os.urandom(5000)
-    with _connect(edge) as s:
+    with connect(edge) as s:
         s.sendall(payload[:300])
         assert _recv_exactly(s, 300) == payload[:300]
         assert _held_natively(server, 1)
         s.sendall(payload[300:])
         assert _read_to_end(s) == payload[300:1000]
-    assert _until(lambda: server.counters("edge").connections_active == 0)
-    assert _until(lambda: _acted(server, "limit_data") == 1)  # the relay's note is on its way
+    assert until(lambda: server.counters("edge").connections_active == 0)
+    assert until(lambda: _acted(server, "limit_data") == 1)  # the relay's note is on its way
     assert _held_natively(server, 0)
 
 
@@ -213,7 +171,7 @@ def test_limit_data_counts_across_a_toxic_change(
 ) -> None:
     api.add_toxic("edge", type="limit_data", attributes={"bytes": 1000})
     payload = os.urandom(1200)
-    with _connect(edge) as s:
+    with connect(edge) as s:
         s.sendall(payload[:600])
         assert _recv_exactly(s, 600) == payload[:600]
         # Another toxic: the connection is taken back and handed over again.
@@ -230,7 +188,7 @@ def test_limit_data_upstream_cuts_what_the_server_gets(
     try:
         port = api.create_proxy("edge", upstream=upstream.addr).port
         api.add_toxic("edge", type="limit_data", stream="upstream", attributes={"bytes": 10})
-        with _connect(port) as s:
+        with connect(port) as s:
             s.sendall(b"0123456789abcdefghij")
             assert _read_to_end(s) == b""
         assert upstream.ended.wait(5)
@@ -243,7 +201,7 @@ def test_limit_data_zero_closes_at_the_first_data_not_before(
     server: ProxyServer, api: ToxiproxyClient, edge: int
 ) -> None:
     api.add_toxic("edge", type="limit_data", stream="upstream", attributes={"bytes": 0})
-    with _connect(edge) as s:
+    with connect(edge) as s:
         s.settimeout(0.3)
         with pytest.raises(TimeoutError):
             s.recv(10)  # idle: still open
@@ -255,7 +213,7 @@ def test_limit_data_with_toxicity_zero_passes_everything(
     server: ProxyServer, api: ToxiproxyClient, edge: int
 ) -> None:
     api.add_toxic("edge", type="limit_data", toxicity=0.0, attributes={"bytes": 10})
-    with _connect(edge) as s:
+    with connect(edge) as s:
         s.sendall(b"z" * 5000)
         assert _recv_exactly(s, 5000) == b"z" * 5000
 
@@ -264,20 +222,20 @@ def test_timeout_closes_an_idle_connection_on_its_clock(
     server: ProxyServer, api: ToxiproxyClient, edge: int
 ) -> None:
     api.add_toxic("edge", type="timeout", attributes={"timeout": 150})
-    with _connect(edge) as s:
+    with connect(edge) as s:
         t0 = time.perf_counter()
         assert _read_to_end(s) == b""  # no data sent: Toxiproxy's timer runs anyway
         took = time.perf_counter() - t0
     assert 0.14 <= took < 1.0, took
-    assert _until(lambda: _acted(server, "timeout") == 1)
-    assert _until(lambda: server.counters("edge").connections_active == 0)
+    assert until(lambda: _acted(server, "timeout") == 1)
+    assert until(lambda: server.counters("edge").connections_active == 0)
 
 
 def test_timeout_passes_nothing_before_it_closes(
     server: ProxyServer, api: ToxiproxyClient, edge: int
 ) -> None:
     api.add_toxic("edge", type="timeout", attributes={"timeout": 300})
-    with _connect(edge) as s:
+    with connect(edge) as s:
         s.sendall(b"never back")
         assert _held_natively(server, 1)
         assert _read_to_end(s) == b""
@@ -287,7 +245,7 @@ def test_timeout_zero_holds_until_removed_then_lets_go(
     server: ProxyServer, api: ToxiproxyClient, edge: int
 ) -> None:
     api.add_toxic("edge", type="timeout", attributes={"timeout": 0})
-    with _connect(edge) as s:
+    with connect(edge) as s:
         s.sendall(b"held")
         s.settimeout(0.5)
         with pytest.raises(TimeoutError):

@@ -12,33 +12,12 @@ import os
 import socket
 import statistics
 import time
-from collections.abc import Callable, Iterator
 
-import pytest
-from tests.proxy.conftest import EchoServer
+from tests.proxy.conftest import connect, open_fds, until
 
-from faultday.proxy import ProxyServer, native
+from faultday.proxy import ProxyServer
 from faultday.proxy.client import ToxiproxyClient
 from faultday.proxy.toxics import NATIVE_TYPES
-
-
-def _until(cond: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
-
-
-def _fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-def _connect(port: int) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", port), timeout=5)
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return s
 
 
 def _rtt(s: socket.socket, size: int = 1024) -> float:
@@ -50,31 +29,6 @@ def _rtt(s: socket.socket, size: int = 1024) -> float:
         assert chunk, "closed during a round trip"
         got += len(chunk)
     return time.perf_counter() - t0
-
-
-@pytest.fixture(params=["native", "python"])
-def server(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ProxyServer]:
-    if request.param == "native" and not native.available():
-        pytest.skip("the native relay is not built here (no C compiler)")
-    monkeypatch.setenv(native.ENV_SWITCH, "1" if request.param == "native" else "0")
-    srv = ProxyServer().start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
-
-
-@pytest.fixture
-def api(server: ProxyServer) -> Iterator[ToxiproxyClient]:
-    with ToxiproxyClient(server.api_url) as c:
-        yield c
-
-
-@pytest.fixture
-def edge(api: ToxiproxyClient, echo: EchoServer) -> int:
-    return api.create_proxy("edge", upstream=echo.addr).port
 
 
 def _held_natively(server: ProxyServer, n: int) -> bool:
@@ -94,7 +48,7 @@ def test_latency_is_never_early_and_runs_natively(
     server: ProxyServer, api: ToxiproxyClient, edge: int
 ) -> None:
     api.add_toxic("edge", type="latency", attributes={"latency": 10})
-    with _connect(edge) as s:
+    with connect(edge) as s:
         got = [_rtt(s) for _ in range(20)]
         assert _held_natively(server, 1)
     assert min(got) >= 0.010, min(got)
@@ -105,7 +59,7 @@ def test_jitter_stays_within_its_bounds(
     server: ProxyServer, api: ToxiproxyClient, edge: int
 ) -> None:
     api.add_toxic("edge", type="latency", attributes={"latency": 20, "jitter": 10})
-    with _connect(edge) as s:
+    with connect(edge) as s:
         got = [_rtt(s, 10) for _ in range(20)]
     assert min(got) >= 0.010, got
     assert statistics.median(got) < 0.040, got  # not the max: a loaded CI machine stalls
@@ -116,7 +70,7 @@ def test_bandwidth_limits_rate_natively(
     server: ProxyServer, api: ToxiproxyClient, edge: int
 ) -> None:
     api.add_toxic("edge", type="bandwidth", attributes={"rate": 200})  # 200 KB/s
-    with _connect(edge) as s:
+    with connect(edge) as s:
         t0 = time.perf_counter()
         took = _rtt(s, 60_000)
         assert _held_natively(server, 1)
@@ -128,7 +82,7 @@ def test_a_pass_through_bandwidth_toxic_costs_nothing_visible(
 ) -> None:
     api.add_toxic("edge", type="bandwidth", attributes={"rate": 100_000_000})  # 100 GB/s
     payload = os.urandom(8 << 20)
-    with _connect(edge) as s:
+    with connect(edge) as s:
         t0 = time.perf_counter()
         s.sendall(payload[: 1 << 20])
         got = bytearray()
@@ -148,7 +102,7 @@ def test_latency_and_bandwidth_together(
 ) -> None:
     api.add_toxic("edge", type="latency", name="lat", attributes={"latency": 30})
     api.add_toxic("edge", type="bandwidth", name="bw", attributes={"rate": 200})
-    with _connect(edge) as s:
+    with connect(edge) as s:
         took = _rtt(s, 40_000)  # 0.2 s at 200 KB/s, then (or overlapping) 30 ms
         assert _held_natively(server, 1)
     assert 0.2 <= took < 0.7, took
@@ -158,7 +112,7 @@ def test_each_connection_keeps_its_draw_when_toxics_change(
     server: ProxyServer, api: ToxiproxyClient, edge: int
 ) -> None:
     api.add_toxic("edge", type="latency", toxicity=0.5, name="lat", attributes={"latency": 60})
-    socks = [_connect(edge) for _ in range(16)]
+    socks = [connect(edge) for _ in range(16)]
     try:
         before = [_rtt(s, 10) >= 0.058 for s in socks]
         assert 0 < sum(before) < 16  # P(all one way) = 2 * 0.5**16
@@ -176,7 +130,7 @@ def test_a_toxic_the_relay_cannot_apply_moves_its_connections_to_python(
     server: ProxyServer, api: ToxiproxyClient, edge: int
 ) -> None:
     api.add_toxic("edge", type="latency", name="lat", attributes={"latency": 20})
-    with _connect(edge) as s:
+    with connect(edge) as s:
         assert _rtt(s) >= 0.020
         assert "slow_close" not in NATIVE_TYPES
         api.add_toxic("edge", type="slow_close", name="cut", attributes={"delay": 10})
@@ -184,7 +138,7 @@ def test_a_toxic_the_relay_cannot_apply_moves_its_connections_to_python(
         assert _rtt(s, 1000) >= 0.020  # and so does the latency toxic now
         api.delete_toxic("edge", "cut")
         assert _rtt(s) >= 0.020  # it finishes in Python; a new connection is the relay's
-        with _connect(edge) as fresh:
+        with connect(edge) as fresh:
             assert _rtt(fresh) >= 0.020
             assert _held_natively(server, 1)
             api.delete_toxic("edge", "lat")
@@ -197,7 +151,7 @@ def test_half_close_waits_for_the_delayed_bytes(
     server: ProxyServer, api: ToxiproxyClient, edge: int
 ) -> None:
     api.add_toxic("edge", type="latency", stream="upstream", attributes={"latency": 50})
-    with _connect(edge) as s:
+    with connect(edge) as s:
         t0 = time.perf_counter()
         s.sendall(b"last words")
         s.shutdown(socket.SHUT_WR)
@@ -217,17 +171,17 @@ def test_closed_toxic_connections_are_forgotten(
     proxy = server.proxies["edge"]
     settled = 0
     for round_ in range(3):
-        socks = [_connect(edge) for _ in range(20)]
+        socks = [connect(edge) for _ in range(20)]
         for s in socks:
             assert _rtt(s, 10) >= 0.001
             s.close()
-        assert _until(lambda: server.counters("edge").connections_active == 0)
-        assert _until(lambda: not proxy.native_conns and not proxy.connections)
+        assert until(lambda: server.counters("edge").connections_active == 0)
+        assert until(lambda: not proxy.native_conns and not proxy.connections)
         if round_ == 0:  # emptied pipes are pooled for reuse: count from here
             time.sleep(0.05)
-            settled = _fds()
+            settled = open_fds()
     # A leak would be one socket pair per connection (40 a round); a pooled pipe is two.
-    assert _until(lambda: _fds() <= settled + 4), (settled, _fds())
+    assert until(lambda: open_fds() <= settled + 4), (settled, open_fds())
     counters = server.counters("edge")
     assert counters.connections_total == 60
     assert counters.bytes_sent_downstream == counters.bytes_received_upstream == 600
