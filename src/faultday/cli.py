@@ -67,6 +67,7 @@ SUBCOMMANDS = (
     SubCommands("faultday.checks.cli", ("lint",)),
     SubCommands("faultday.cli_report", ("report", "gameday", "runbook")),
     SubCommands("faultday.cli_k8s", ("k8s",)),
+    SubCommands("faultday.cli_preflight", ("preflight",)),
 )
 
 

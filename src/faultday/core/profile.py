@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, f
 
 from faultday.core.components import COMPONENT_TYPES, ComponentType, ProbeKind
 from faultday.core.plugins import did_you_mean
+from faultday.core.preflight import PreflightSpec
 from faultday.core.types import Duration
 from faultday.core.yamlpos import Document, PathKey, parse_file, validation_problems
 from faultday.errors import Problem, ScenarioError
@@ -130,6 +131,9 @@ class StackSpec(Strict):
     proxy: str | None = Field(default="proxy", description="the fault proxy component, or null")
     components: dict[str, ComponentSpec]
     edges: tuple[str, ...] = Field(default=(), description="'from->to', proxied connections")
+    preflight: PreflightSpec = Field(
+        default_factory=PreflightSpec, description="`faultday preflight`: golden requests, limits"
+    )
 
 
 class StackProfile(Strict):

@@ -70,6 +70,7 @@ class Section(StrEnum):
     STEADY_STATE = "steady_state"  # the hypothesis: judged on baseline and recovered windows
     EXPECT = "expect"  # during/after a fault, or over the whole run
     ABORT = "abort"  # watched live; a failure stops the run
+    PREFLIGHT = "preflight"  # `faultday preflight`: the stack checked before a game day
 
 
 class EventKind(StrEnum):
