@@ -7,6 +7,7 @@ a game day (an unknown key is refused: ``extra="forbid"``).
 * simulator: ``POST /admin/faults`` → :class:`FaultSpec`; ``DELETE /admin/faults/{id}``
 * tool server: ``PUT /admin/faults/{id}`` → :class:`ToolFault`; ``DELETE`` the same path
 * agent: ``POST /admin/canary`` → :class:`CanaryShare`
+* simulator: ``PUT /admin/leak`` → :class:`LeakSpec`; ``DELETE /admin/leak`` releases it
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 FAULTS_PATH: Final = "/admin/faults"
 CANARY_PATH: Final = "/admin/canary"
+LEAK_PATH: Final = "/admin/leak"
 
 
 class FaultKind(StrEnum):
@@ -72,3 +74,27 @@ class CanaryShare(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     share: float = Field(ge=0, le=1, description="share of chat requests for the canary")
+
+
+class LeakSpec(BaseModel):
+    """Body of the simulator's ``PUT /admin/leak``: allocate and keep memory at a steady rate.
+
+    One leak per process: a second PUT replaces the rate and keeps what is held.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    rate_mib_per_min: float = Field(gt=0, le=65536, description="MiB a real minute")
+    max_mib: int = Field(default=512, ge=1, le=65536, description="stop growing at this much")
+
+
+class LeakState(BaseModel):
+    """What ``GET``/``PUT``/``DELETE /admin/leak`` answer: the memory held now."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    active: bool
+    held_mib: int
+    rate_mib_per_min: float = 0.0
+    max_mib: int = 0
+    released_mib: int = 0  # DELETE: what was just given back

@@ -29,6 +29,9 @@ class Shape(StrEnum):
     RAMP = "ramp"
     STEP = "step"
     SPIKE = "spike"
+    # Constant users for the whole run, plus per-component RSS and open-FD sampling
+    # (docs/soak.md): the shape the drift check is meant for.
+    SOAK = "soak"
 
 
 class _Model(BaseModel):

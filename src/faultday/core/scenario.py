@@ -80,6 +80,7 @@ class LoadShape(StrEnum):
     RAMP = "ramp"
     STEP = "step"
     SPIKE = "spike"
+    SOAK = "soak"  # constant users, plus RSS and open-FD sampling per component (docs/soak.md)
 
 
 class Workload(StrEnum):

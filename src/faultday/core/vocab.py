@@ -93,6 +93,8 @@ class EventKind(StrEnum):
     SCRAPE_NONE = "scrape.none"
     SCRAPE_STOPPED = "scrape.stopped"
     TIMESERIES_WRITTEN = "timeseries.written"
+    PROCS_STARTED = "procs.started"
+    PROCS_STOPPED = "procs.stopped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +163,14 @@ CATALOGUE: dict[EventKind, EventSpec] = {
     ),
     EventKind.TIMESERIES_WRITTEN: EventSpec(
         "time series writer", "timeseries.csv written (message: rows)", ("file", "rows")
+    ),
+    EventKind.PROCS_STARTED: EventSpec(
+        "process sampler (soak)",
+        "RSS and open-FD sampling begins (message: components, interval)",
+        ("components", "without_pid"),
+    ),
+    EventKind.PROCS_STOPPED: EventSpec(
+        "process sampler (soak)", "sampling ends (message: rounds)", ("rounds", "gone")
     ),
 }
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from faultday.core.loadconfig import HttpRequestSpec, Workload
 from faultday.core.protocols import LoadHost, Participant, RunView
-from faultday.core.scenario import LoadSpec, Scenario
+from faultday.core.scenario import LoadShape, LoadSpec, Scenario
 from faultday.load.runner import LoadError, LoadOptions, LocustLoad
 from faultday.load.sink import SinkStats
+from faultday.observe.procs import ProcessSampler
 from faultday.observe.scrape import MetricsScraper
 from faultday.observe.series import TimeSeriesWriter
 
@@ -68,8 +69,8 @@ def options_for(spec: LoadSpec) -> LoadOptions:
 
 
 def participants_for(scenario: Scenario) -> list[Participant]:
-    """Writer, scraper, load: the engine stops them in reverse, so the load stops first
-    and the writer sees every record and sample."""
+    """Writer, scraper, process sampler (soak), load: the engine stops them in reverse, so
+    the load stops first and the writer sees every record and sample."""
     spec = scenario.spec.load
     try:
         workload = Workload(spec.workload)
@@ -80,6 +81,9 @@ def participants_for(scenario: Scenario) -> list[Participant]:
         TimeSeriesWriter(interval=spec.sample_interval),
         MetricsScraper(interval=spec.sample_interval),
     ]
+    if spec.shape == LoadShape.SOAK:
+        # A soak judges drift: each component's RSS and open FDs join the time series.
+        out.append(ProcessSampler(interval=spec.sample_interval))
     if workload != Workload.NONE and spec.users > 0:
         out.append(ScenarioLoad(spec, options_for(spec)))
     return out

@@ -10,10 +10,17 @@ What each kind does, as a real vLLM on a real GPU would show it:
 * ``kv_shrink`` — usable KV blocks x ``factor`` (e.g. row remapping, another
   tenant's memory): preemptions and latency spikes.
 * ``ecc_sbe`` — a corrected single-bit ECC error: logged and counted, no effect.
+
+Not a GPU fault but a process one, on its own route (``PUT /admin/leak``): a slow
+memory leak (:class:`Leak`) that allocates and keeps host memory at a steady rate
+until ``DELETE /admin/leak`` gives it back (what a soak's drift check must catch).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import mmap
 import os
 import time
 import uuid
@@ -21,18 +28,21 @@ import uuid
 from pydantic import BaseModel, ConfigDict
 
 # The body of POST /admin/faults is shared with the harness's injectors.
-from faultday_wire.admin import FaultKind, FaultSpec
+from faultday_wire.admin import FaultKind, FaultSpec, LeakSpec, LeakState
 
 __all__ = [
     "FATAL_KINDS",
     "ActiveFault",
     "FaultKind",
     "FaultSpec",
+    "Leak",
     "activate",
     "kernel_line",
     "xid_of",
 ]
 
+
+log = logging.getLogger(__name__)
 
 FATAL_KINDS = frozenset({FaultKind.XID, FaultKind.OOM})
 
@@ -108,3 +118,77 @@ def kernel_line(spec: FaultSpec, *, pci: str, boot: float) -> str:
         f"GPU 0 has a total capacity of 79.19 GiB of which 1.06 GiB is free. "
         f"Process {pid} has 78.12 GiB memory in use."
     )
+
+
+MIB = 1 << 20
+LEAK_TICK_S = 0.25
+
+
+class Leak:
+    """Host memory allocated and kept at ``rate_mib_per_min``, one MiB at a time.
+
+    Each MiB is its own anonymous mapping, written through so the pages are
+    resident (RSS grows, not just the address space), and unmapped on release, so
+    the memory really goes back to the kernel: a ``bytearray`` freed into glibc's
+    heap might stay in the process and the revert would not show. The amount owed
+    is computed from the time since the start, so a late timer does not slow it.
+    """
+
+    def __init__(self) -> None:
+        self.spec: LeakSpec | None = None
+        self._chunks: list[mmap.mmap] = []
+        self._started = 0.0
+        self._base = 0  # MiB held when the current rate began
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def held_mib(self) -> int:
+        return len(self._chunks)
+
+    def state(self, *, released: int = 0) -> LeakState:
+        spec = self.spec
+        return LeakState(
+            active=spec is not None,
+            held_mib=self.held_mib,
+            rate_mib_per_min=spec.rate_mib_per_min if spec else 0.0,
+            max_mib=spec.max_mib if spec else 0,
+            released_mib=released,
+        )
+
+    def start(self, spec: LeakSpec) -> None:
+        """Begin (or change the rate of) the leak; must run on the event loop."""
+        self.spec = spec
+        self._started = time.monotonic()
+        self._base = self.held_mib
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._grow(), name="llmsim-leak")
+        log.warning("leak: %.3g MiB/min up to %d MiB", spec.rate_mib_per_min, spec.max_mib)
+
+    def grow_once(self, now: float) -> None:
+        spec = self.spec
+        if spec is None:
+            return
+        owed = self._base + int(spec.rate_mib_per_min * (now - self._started) / 60.0)
+        while self.held_mib < min(owed, spec.max_mib):
+            chunk = mmap.mmap(-1, MIB)
+            chunk.write(b"\xa5" * MIB)  # touch every page: resident, not just reserved
+            self._chunks.append(chunk)
+
+    async def _grow(self) -> None:
+        while self.spec is not None:
+            self.grow_once(time.monotonic())
+            await asyncio.sleep(LEAK_TICK_S)
+
+    def release(self) -> int:
+        """Stop growing and unmap everything held; the MiB released. Idempotent."""
+        self.spec = None
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        released = self.held_mib
+        for chunk in self._chunks:
+            chunk.close()
+        self._chunks.clear()
+        if released:
+            log.warning("leak: released %d MiB", released)
+        return released

@@ -38,6 +38,7 @@ from faultday_refstack.llmsim.faults import (
     ActiveFault,
     FaultKind,
     FaultSpec,
+    Leak,
     activate,
     kernel_line,
     xid_of,
@@ -61,6 +62,7 @@ from faultday_refstack.llmsim.text import (
     sample_length,
     tokenize,
 )
+from faultday_wire.admin import LEAK_PATH, LeakSpec
 from faultday_wire.webguard import allowed_hosts_from_env, check_route
 
 log = logging.getLogger(__name__)
@@ -289,6 +291,7 @@ class LlmSim:
         self.live: dict[str, Live] = {}
         self.requests_in_flight = 0  # HTTP generation requests (a request may hold n choices)
         self.faults: dict[str, ActiveFault] = {}
+        self.leak = Leak()  # PUT /admin/leak: host memory kept at a rate (a soak's leak)
         self.dead = False
         self.death_reason = ""
         self.ecc_sbe_count = 0
@@ -325,6 +328,9 @@ class LlmSim:
             ("POST", "/admin/faults"): self._faults_post,
             ("DELETE", "/admin/faults"): self._faults_delete,
             ("GET", "/admin/stats"): self._stats,
+            ("GET", LEAK_PATH): self._leak_get,
+            ("PUT", LEAK_PATH): self._leak_put,
+            ("DELETE", LEAK_PATH): self._leak_delete,
         }
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -347,6 +353,7 @@ class LlmSim:
         )
 
     async def stop(self) -> None:
+        self.leak.release()
         tasks = [t for t in [self._engine_task, *self._aux_tasks] if t is not None]
         for t in tasks:
             t.cancel()
@@ -758,6 +765,23 @@ class LlmSim:
         fid = path.removeprefix("/admin/faults").strip("/") or None
         cleared = self.clear_faults(fid)
         await send_json(send, 200, {"cleared": cleared, **self._faults_view()})
+
+    # --- leak admin API (not a GPU fault: the process's own memory) ------------------------------
+    async def _leak_get(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_json(send, 200, self.leak.state().model_dump())
+
+    async def _leak_put(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await read_json(receive)
+        try:
+            spec = LeakSpec.model_validate(body)
+        except ValidationError as exc:
+            raise body_validation_error(exc, "BadRequestError") from exc
+        self.leak.start(spec)
+        await send_json(send, 200, self.leak.state().model_dump())
+
+    async def _leak_delete(self, scope: Scope, receive: Receive, send: Send) -> None:
+        released = self.leak.release()
+        await send_json(send, 200, self.leak.state(released=released).model_dump())
 
     # --- generation -----------------------------------------------------------------------------
     async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:

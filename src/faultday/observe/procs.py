@@ -1,0 +1,162 @@
+"""Sample each component's resident memory and open file descriptors (``load.shape: soak``).
+
+Every ``interval`` scenario seconds the sampler reads, with psutil, the process the
+stack driver reports for each component and all of its children (a real vLLM keeps
+its memory in the EngineCore child): the summed RSS in bytes (``proc_rss_bytes``)
+and the summed open FDs (``proc_open_fds``), labelled with the component. They go
+into the run's samples, so ``timeseries.csv`` and the drift check read them like
+any scraped metric.
+
+Only drivers whose ``target()`` names a host PID are sampled: the process driver,
+and docker where the harness may read the container's host process; kubernetes
+pods have no PID here, and ``procs.started`` lists such components as
+``without_pid``. A component that restarts is followed to its new PID.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import psutil
+
+from faultday.core.protocols import RunView
+from faultday.core.records import Sample
+from faultday.core.timebase import TimeBase
+from faultday.core.vocab import EventKind
+from faultday.errors import FaultdayError
+
+log = logging.getLogger(__name__)
+
+RSS = "proc_rss_bytes"
+FDS = "proc_open_fds"
+MIN_REAL_INTERVAL = 0.05  # real seconds; a time-scaled run may ask for less
+
+
+def component_names(run: RunView) -> list[str]:
+    """The stack's components (edges, ``a->b``, have no process of their own)."""
+    if run.stack is None:
+        return []
+    return [n for n in run.stack.target_names() if "->" not in n]
+
+
+def tree_figures(proc: psutil.Process) -> tuple[int, int | None]:
+    """(RSS bytes, open FDs) of a process and all its children; FDs None when unreadable.
+
+    NoSuchProcess when the process itself is gone."""
+    if not proc.is_running():  # exited, or its PID now names another process
+        raise psutil.NoSuchProcess(proc.pid)
+    rss, fds = 0, 0
+    readable = True
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            with p.oneshot():
+                rss += p.memory_info().rss
+                try:
+                    fds += p.num_fds()
+                except psutil.AccessDenied:
+                    readable = False  # another user's process (a container's): RSS only
+        except psutil.NoSuchProcess:
+            continue  # a child that exited between the listing and the read
+    return rss, fds if readable else None
+
+
+class ProcessSampler:
+    """A thread that samples every component's process tree at a fixed interval."""
+
+    name = "procs"
+
+    def __init__(self, *, interval: float) -> None:
+        self.interval = interval
+        self.rounds = 0
+        self.gone = 0  # reads of a process that had exited (a restart, a kill)
+        self._stop = threading.Event()
+        self._stale = threading.Event()  # a fault acted: resolve the PIDs again
+        self._thread: threading.Thread | None = None
+        self._run: RunView | None = None
+        self._procs: dict[str, psutil.Process] = {}
+
+    def start(self, run: RunView) -> None:
+        self._run = run
+        self._timebase = TimeBase(run.clock, warmup=run.scenario.spec.warmup)
+        self._real = max(MIN_REAL_INTERVAL, run.clock.wall(self.interval))
+        self._names = component_names(run)
+        self._resolve()
+        without = sorted(set(self._names) - set(self._procs))
+        run.event(
+            EventKind.PROCS_STARTED,
+            f"{len(self._procs)} components every {self.interval:g}s",
+            components=sorted(self._procs),
+            without_pid=without,
+        )
+        self._thread = threading.Thread(target=self._loop, name="procs", daemon=True)
+        self._thread.start()
+
+    def _resolve(self) -> None:
+        """Look up each component's PID through the driver (a restart changes it)."""
+        assert self._run is not None
+        for name in self._names:
+            try:
+                pid = self._run.target(name).pid
+            except FaultdayError as exc:
+                log.debug("no target %s: %s", name, exc)
+                continue
+            known = self._procs.get(name)
+            if pid is None or (known is not None and known.pid == pid and known.is_running()):
+                continue
+            try:
+                self._procs[name] = psutil.Process(pid)
+            except psutil.NoSuchProcess:
+                self._procs.pop(name, None)
+
+    def _loop(self) -> None:
+        nxt = time.monotonic()
+        while not self._stop.is_set():
+            self.sample_once()
+            nxt = max(nxt + self._real, time.monotonic())  # never queue up missed rounds
+            self._stop.wait(max(0.0, nxt - time.monotonic()))
+
+    def sample_once(self) -> None:
+        run = self._run
+        if run is None:
+            return
+        if self._stale.is_set():
+            self._stale.clear()
+            self._resolve()
+        samples: list[Sample] = []
+        lost = False
+        for comp, proc in list(self._procs.items()):
+            t = round(self._timebase.at(time.time()), 4)
+            try:
+                rss, fds = tree_figures(proc)
+            except psutil.NoSuchProcess:
+                self.gone += 1
+                lost = True
+                continue  # a gap in the series; the PID is looked up again next round
+            except psutil.AccessDenied as exc:
+                log.debug("cannot read %s (pid %d): %s", comp, proc.pid, exc)
+                continue
+            labels = (("component", comp),)
+            samples.append(Sample(t=t, name=RSS, value=float(rss), labels=labels))
+            if fds is not None:
+                samples.append(Sample(t=t, name=FDS, value=float(fds), labels=labels))
+        if lost:
+            self._stale.set()
+        self.rounds += 1
+        run.observations.add_samples(samples)
+
+    def fault_injected(self, fault: str, *, target: str) -> None:
+        """A fault acted (a restart, a kill): look the PIDs up again before the next round."""
+        self._stale.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+            self._thread = None
+        run, self._run = self._run, None
+        if run is not None:
+            run.event(
+                EventKind.PROCS_STOPPED, f"{self.rounds} rounds", rounds=self.rounds, gone=self.gone
+            )
