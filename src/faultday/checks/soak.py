@@ -154,7 +154,7 @@ class Drift(Check[DriftParams]):
         expected = f"slope ≤ {show(margin)} (whole {pct} interval)"
         observed = (
             f"slope {show(trend.slope * per_min, sign=True)}, {pct} CI "
-            f"[{show(low, sign=True)}, {show(high, sign=True)}]"
+            f"[{show(low, sign=True, unit_text=False)}, {show(high, sign=True, unit_text=False)}]"
         )
         span = f"Theil–Sen over {len(xs)} points, {xs[-1] - xs[0]:.0f}s"
         if low > margin:
@@ -170,9 +170,14 @@ class Drift(Check[DriftParams]):
 
 
 def _shower(unit: Unit) -> Callable[..., str]:
-    def show(v: float, *, sign: bool = False) -> str:
-        text = f"{v / unit.scale:+.3g}" if sign else f"{v / unit.scale:.3g}"
-        return f"{text} {unit.shown}/min".replace("  ", " ") if unit.shown else f"{text}/min"
+    """Base units a minute → ``+61.2 MiB/min`` (``unit=False``: the number alone)."""
+
+    def show(v: float, *, sign: bool = False, unit_text: bool = True) -> str:
+        text = f"{v / unit.scale:+.4g}" if sign else f"{v / unit.scale:.4g}"
+        if not unit_text:
+            return text
+        gap = " " if unit.shown.isalpha() else ""
+        return f"{text}{gap}{unit.shown}/min"
 
     return show
 
