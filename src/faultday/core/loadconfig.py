@@ -48,6 +48,18 @@ class HttpRequestSpec(_Model):
     stream: bool = Field(default=False, description="read the body as SSE (TTFT, ITL)")
 
 
+class AnswerSampling(_Model):
+    """Which answers the load quotes: in each time slot, every answer up to ``cap``, then a
+    reservoir sample of ``cap`` (each answer equally likely to stay). Labels are for all."""
+
+    cap: int = Field(default=20, ge=0, le=1000, description="answers kept per slot and process")
+    text_bytes: int = Field(default=200, ge=1, le=4096, description="first bytes of an answer")
+    edges: tuple[float, ...] = Field(
+        default=(0.0,), description="scenario seconds where slots begin (the windows' bounds)"
+    )
+    canned: tuple[str, ...] = Field(default=(), description="fallback texts no model wrote")
+
+
 class ShapeSpec(_Model):
     """Users over time. Times are scenario seconds from t=0 (the end of warm-up)."""
 
@@ -80,6 +92,7 @@ class LoadConfig(_Model):
     agent: str = Field(default="report", description="agent that runs submitted tasks")
     think_time: float = Field(default=0.0, ge=0, description="real seconds between requests")
     seed: int = 0
+    answers: AnswerSampling = Field(default_factory=AnswerSampling)
 
     @property
     def end_wall(self) -> float:

@@ -17,6 +17,7 @@ so core stays a leaf.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
@@ -167,6 +168,16 @@ class LoadView(Protocol):
     def step_every(self) -> float | None: ...
 
 
+class FaultTimesView(Protocol):
+    """When a scheduled fault acts (scenario seconds): the load's answer slots follow them."""
+
+    @property
+    def at(self) -> float: ...
+
+    @property
+    def end(self) -> float: ...
+
+
 class SpecView(Protocol):
     """The fields of a scenario's ``spec:`` that participants and checks read."""
 
@@ -175,6 +186,12 @@ class SpecView(Protocol):
 
     @property
     def warmup(self) -> float: ...
+
+    @property
+    def recovery(self) -> float: ...
+
+    @property
+    def faults(self) -> Sequence[FaultTimesView]: ...
 
     @property
     def load(self) -> LoadView: ...

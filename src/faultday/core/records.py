@@ -3,10 +3,81 @@
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class AnswerLabel(StrEnum):
+    """What the load made of one answer (docs/load.md, "Answer quality"); one per request.
+
+    When several apply, the first in this order wins: a cut stream that was also slow
+    is ``truncated``, a canned answer that cites nothing is ``canned``.
+    """
+
+    TIMEOUT = "timeout"  # no answer within the client's timeout, or a gateway's 504/408
+    TRUNCATED = "truncated"  # a 2xx answer that began and was cut (stream without its end)
+    ERROR = "error"  # any other failure: no response, HTTP >= 400, an error in the stream
+    CANNED = "canned"  # the fallback text no model wrote
+    EMPTY = "empty"  # a 2xx answer with no text
+    OFF_TOPIC = "off_topic"  # RAG: the answer cites none of the retrieved document ids
+    OK = "ok"
+
+
+ANSWERS_NAME = "answers.jsonl"  # the sampled answers of a run, one JSON object a line
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerSample:
+    """One sampled answer: its first bytes and its label (the load samples a few per slot).
+
+    ``key`` is (load process, time slot, reservoir index): a later sample with the same
+    key replaced this one in the load's reservoir, and replaces it here too.
+    """
+
+    t: float
+    name: str
+    label: str
+    status: int
+    text: str
+    key: tuple[int, int, int]
+    sources: tuple[str, ...] = ()  # RAG: the retrieved document ids
+    cited: tuple[str, ...] = ()  # the ids the answer cites
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "t": self.t,
+            "name": self.name,
+            "label": self.label,
+            "status": self.status,
+            "text": self.text,
+            "key": list(self.key),
+            "sources": list(self.sources),
+            "cited": list(self.cited),
+        }
+
+    @classmethod
+    def from_json(cls, obj: object) -> AnswerSample:
+        """One line of ``answers.jsonl`` back; TypeError or ValueError for anything else."""
+        if not isinstance(obj, dict):
+            raise TypeError(f"not an answer sample: {type(obj).__name__}")
+        try:
+            key = tuple(int(k) for k in obj.get("key") or (0, 0, 0))
+            return cls(
+                t=float(obj["t"]),
+                name=str(obj.get("name") or ""),
+                label=str(obj.get("label") or ""),
+                status=int(obj.get("status") or 0),
+                text=str(obj.get("text") or ""),
+                key=(key[0], key[1], key[2]),
+                sources=tuple(str(x) for x in obj.get("sources") or ()),
+                cited=tuple(str(x) for x in obj.get("cited") or ()),
+            )
+        except (KeyError, TypeError, IndexError) as exc:
+            raise ValueError(f"not an answer sample: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +98,8 @@ class RequestRecord:
     error: str = ""
     task_id: str = ""  # agent tasks: the id the runtime gave it
     task_state: str = ""  # agent tasks: the last state seen (done, failed, lost, unfinished)
+    quality: str = ""  # an AnswerLabel; "" for a request that is no answer (task.submit)
+    sample: AnswerSample | None = None  # only in transit: Observations keeps samples apart
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,16 +118,27 @@ class Observations:
 
     requests: list[RequestRecord] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
+    # Sampled answers by (process, slot, index): bounded by the load's reservoirs.
+    answers: dict[tuple[int, int, int], AnswerSample] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add_requests(self, records: Iterable[RequestRecord]) -> None:
         with self._lock:
             for rec in records:
+                if rec.sample is not None:
+                    # The text goes to its reservoir slot; the record keeps its label only.
+                    self.answers[rec.sample.key] = rec.sample
+                    rec = dataclasses.replace(rec, sample=None)  # noqa: PLW2901
                 # Records usually arrive in order; insort keeps windows cheap to slice.
                 if self.requests and rec.t < self.requests[-1].t:
                     bisect.insort(self.requests, rec, key=lambda r: r.t)
                 else:
                     self.requests.append(rec)
+
+    def answer_samples(self) -> list[AnswerSample]:
+        """The sampled answers, oldest first."""
+        with self._lock:
+            return sorted(self.answers.values(), key=lambda a: (a.t, a.key))
 
     def add_samples(self, samples: Iterable[Sample]) -> None:
         with self._lock:

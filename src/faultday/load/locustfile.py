@@ -17,6 +17,7 @@ import random
 import socket
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import gevent  # type: ignore[import-untyped]
@@ -25,6 +26,19 @@ from locust import FastHttpUser, LoadTestShape, constant, events, task
 from locust.exception import StopUser
 
 from faultday.core.loadconfig import ENV_VAR, LoadConfig, Shape, Workload, users_at
+from faultday.core.records import AnswerLabel
+from faultday.load.quality import (
+    READ_LIMIT,
+    Answer,
+    Reservoir,
+    answer_text,
+    chunk_text,
+    first_bytes,
+    label,
+    sources_of,
+    stream_finished,
+)
+from faultday_wire.answers import ANSWER_HEADER, CANNED, cited
 
 log = logging.getLogger("faultday.load.locustfile")
 
@@ -40,6 +54,9 @@ QUESTIONS = (
     "Who approves a change to the production model?",
 )
 TERMINAL = ("done", "failed")
+# Which answers this process quotes (per time slot; the harness keeps the texts).
+RESERVOIR = Reservoir(cap=CONFIG.answers.cap, edges=CONFIG.answers.edges, seed=CONFIG.seed)
+TASK_LABELS = {"done": AnswerLabel.OK, "unfinished": AnswerLabel.TIMEOUT}
 
 
 class Sink:
@@ -94,13 +111,22 @@ def _close_sink(**_: Any) -> None:
         s.close()
 
 
-def _parse_sse(resp: Any, start: float, out: dict[str, Any]) -> str:
-    """Read an SSE body; fill ttft, itl and tokens; return the text seen (for errors)."""
+@dataclass(slots=True)
+class Streamed:
+    """What an SSE body said: an in-stream error, the answer's text, whether it ended."""
+
+    error: str = ""
+    text: str = ""
+    finished: bool = False
+
+
+def _parse_sse(resp: Any, start: float, out: dict[str, Any]) -> Streamed:
+    """Read an SSE body; fill ttft, itl and tokens; return its error, text and end."""
     buf = ""
     last: float | None = None
     itl: list[float] = []
     tokens = 0
-    error = ""
+    seen = Streamed()
     for chunk in resp.iter_content(chunk_size=4096, decode_content=True):
         buf += chunk if isinstance(chunk, str) else chunk.decode("utf-8", "replace")
         while "\n" in buf:
@@ -110,10 +136,12 @@ def _parse_sse(resp: Any, start: float, out: dict[str, Any]) -> str:
                 continue
             data = line[5:].strip()
             if data == "[DONE]":
+                seen.finished = True
                 continue
             now = time.perf_counter()
             if '"error"' in data:
-                error = data[:200]
+                seen.error = data[:200]
+            _answer_piece(data, seen)
             if not _has_token(data):
                 continue
             tokens += 1
@@ -124,7 +152,23 @@ def _parse_sse(resp: Any, start: float, out: dict[str, Any]) -> str:
             last = now
     out["itl"] = itl
     out["tok"] = tokens
-    return error
+    return seen
+
+
+def _answer_piece(data: str, seen: Streamed) -> None:
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return
+    if len(seen.text) < READ_LIMIT:
+        seen.text += chunk_text(obj)
+    seen.finished = seen.finished or stream_finished(obj)
+
+
+def _timed_out(error: object) -> bool:
+    """A client-side timeout (gevent's, the socket's), as FastHttpUser reports one."""
+    name = type(error).__name__.lower()
+    return isinstance(error, TimeoutError) or "timeout" in name or "timed out" in str(error)
 
 
 def _has_token(data: str) -> bool:
@@ -208,23 +252,23 @@ class FaultdayUser(FastHttpUser):
         else:
             state = state if state in TERMINAL else "unfinished"
         reasons = info.get("degraded_reasons") or []
-        self._emit(
-            {
-                "ts": submitted,
-                "d": round(time.time() - submitted, 6),
-                "ok": state == "done",
-                "s": last_status,
-                "n": "task",
-                "tid": task_id,
-                "st": state,
-                "deg": bool(reasons),
-                "r": list(reasons),
-                "m": str(info.get("model") or ""),
-                "e": ""
-                if state == "done"
-                else f"task {state}: {str(info.get('error') or '')[:160]}",
-            }
-        )
+        out: dict[str, Any] = {
+            "ts": submitted,
+            "d": round(time.time() - submitted, 6),
+            "ok": state == "done",
+            "s": last_status,
+            "n": "task",
+            "tid": task_id,
+            "st": state,
+            "deg": bool(reasons),
+            "r": list(reasons),
+            "m": str(info.get("model") or ""),
+            "e": "" if state == "done" else f"task {state}: {str(info.get('error') or '')[:160]}",
+        }
+        # A task's answer is judged by its outcome: done, unfinished (timeout) or not.
+        answer = Answer(status=last_status, text=str(info.get("answer") or ""), error=out["e"])
+        self._judge(out, answer, TASK_LABELS.get(state, AnswerLabel.ERROR))
+        self._emit(out)
 
     def _poll(self, task_id: str) -> tuple[int, dict[str, Any]]:
         resp = self.client.get(f"/v1/tasks/{task_id}", name="task.poll")
@@ -252,28 +296,60 @@ class FaultdayUser(FastHttpUser):
         status = int(resp.status_code or 0)
         error = ""
         payload: Any = None
+        text: str | None = None
+        cut = False
         try:
             headers: Any = resp.headers or {}
             ctype = str(headers.get("content-type", "")) if status else ""
             if status and "text/event-stream" in ctype:
-                error = _parse_sse(resp, start, ev)
+                seen = _parse_sse(resp, start, ev)
+                error, text, cut = seen.error, seen.text, not seen.finished
             elif status:
                 raw = resp.content or b""
                 if "json" in ctype and raw:
                     payload = json.loads(raw)
+                    text = answer_text(payload)
+                text = text if text is not None else raw[:READ_LIMIT].decode("utf-8", "replace")
         except Exception as exc:  # noqa: BLE001 - any read failure is this request's error
             error = f"{type(exc).__name__}: {exc}"[:200]
+            cut = 200 <= status < 300  # the answer began and broke off
         ev["d"] = round(time.perf_counter() - start, 6)
         if status == 0:
             error = error or str(getattr(resp, "error", "") or "no response")[:200]
-        ok = 200 <= status < 400 and not error
-        ev.update(ok=ok, s=status, e=error or ("" if ok else f"HTTP {status}"))
+        ok = 200 <= status < 400 and not error and not cut
+        ev.update(ok=ok, s=status, e=error or ("" if ok else _why(status, cut)))
         self._degraded(resp, payload, ev)
         if name == "task.submit" and isinstance(payload, dict):
             ev["tid"] = str(payload.get("id") or payload.get("task_id") or "")
+        else:
+            rag = name == "rag" or (isinstance(body, dict) and body.get("rag") is True)
+            answer = Answer(
+                status=status,
+                text=text,
+                error=error,
+                timed_out=status == 0 and _timed_out(getattr(resp, "error", None) or error),
+                cut=cut,
+                canned=_canned_mark(resp, payload),
+                sources=sources_of(payload) if rag else None,
+            )
+            self._judge(ev, answer)
         self._emit(ev)
         ev["json"] = payload if isinstance(payload, dict) else None
         return ev
+
+    @staticmethod
+    def _judge(ev: dict[str, Any], answer: Answer, verdict: AnswerLabel | None = None) -> None:
+        """Label the answer; quote its first bytes when the reservoir keeps it."""
+        ev["q"] = str(verdict or label(answer, CONFIG.answers.canned))
+        kept = RESERVOIR.offer(CONFIG.scenario_time(ev["ts"]))
+        if kept is None:
+            return
+        text = answer.text or answer.error
+        ev["qa"] = first_bytes(text, CONFIG.answers.text_bytes)
+        ev["qk"] = [CONFIG.seed, *kept]
+        if answer.sources is not None:
+            ev["qs"] = [first_bytes(s, 64) for s in answer.sources[:20]]
+        ev["qc"] = [first_bytes(c, 64) for c in cited(answer.text or "")[:20]]
 
     @staticmethod
     def _degraded(resp: Any, payload: Any, ev: dict[str, Any]) -> None:
@@ -300,6 +376,18 @@ class FaultdayUser(FastHttpUser):
     def _emit(self, ev: dict[str, Any]) -> None:
         if ev["ts"] < CONFIG.end_wall:
             self.sink.send({k: v for k, v in ev.items() if k != "json"})
+
+
+def _why(status: int, cut: bool) -> str:
+    return "answer cut off" if cut else f"HTTP {status}"
+
+
+def _canned_mark(resp: Any, payload: Any) -> bool:
+    """The service says this answer is its fallback text (JSON ``canned`` or the header)."""
+    if isinstance(payload, dict) and payload.get(CANNED) is True:
+        return True
+    headers: Any = (resp.headers or {}) if resp.status_code else {}
+    return str(headers.get(ANSWER_HEADER, "")).strip().lower() == CANNED
 
 
 class FaultdayShape(LoadTestShape):

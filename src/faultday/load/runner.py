@@ -18,17 +18,19 @@ import psutil
 from faultday.core.ledger import RUN_TMP_DIR, ProcessRecord
 from faultday.core.loadconfig import (
     ENV_VAR,
+    AnswerSampling,
     HttpRequestSpec,
     LoadConfig,
     Shape,
     ShapeSpec,
     Workload,
 )
-from faultday.core.protocols import RunView
+from faultday.core.protocols import RunView, SpecView
 from faultday.core.scenario import LoadSpec
 from faultday.core.timebase import TimeBase
 from faultday.core.vocab import EventKind
 from faultday.errors import FaultdayError
+from faultday.load.answers import write_answers
 from faultday.load.sink import EventSink, SinkStats
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,9 @@ class LoadOptions:
     request_timeout: float = 30.0
     task_timeout: float = 120.0
     log_name: str = "load"
+    answer_cap: int = 20  # answers quoted per time slot and load process (then reservoir)
+    answer_bytes: int = 200  # the first bytes of each quoted answer
+    canned_answers: tuple[str, ...] = ()  # fallback texts besides the reference agent's
 
 
 def shape_of(spec: LoadSpec) -> ShapeSpec:
@@ -72,6 +77,17 @@ def split_cap(total: int | None, parts: int) -> list[int | None]:
         return [None] * parts
     base, extra = divmod(total, parts)
     return [max(1, base + (1 if i < extra else 0)) for i in range(parts)]
+
+
+def answer_edges(spec: SpecView) -> tuple[float, ...]:
+    """Where the load's answer slots begin: every bound of the run's windows (t=0, each
+    fault's start and end, the end of recovery), so each window gets its own sample."""
+    edges = {0.0}
+    for f in spec.faults:
+        edges.update((f.at, f.end))
+    if spec.faults:
+        edges.add(max(f.end for f in spec.faults) + spec.recovery)
+    return tuple(sorted(e for e in edges if 0.0 <= e < spec.duration))
 
 
 def check_target(workload: Workload, options: LoadOptions, endpoints: dict[str, str]) -> None:
@@ -108,6 +124,12 @@ def base_config(
         request_timeout=options.request_timeout,
         task_timeout=options.task_timeout,
         think_time=options.think_time,
+        answers=AnswerSampling(
+            cap=options.answer_cap,
+            text_bytes=options.answer_bytes,
+            edges=answer_edges(run.scenario.spec),
+            canned=options.canned_answers,
+        ),
     )
 
 
@@ -250,6 +272,8 @@ class LocustLoad:
                 self._run.ledger.process_stopped(p.pid)
         if self.sink is not None:
             self.sink.stop()
+        if self._run is not None:
+            write_answers(self._run)
         self._report()
 
     def _report(self) -> None:

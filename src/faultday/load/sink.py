@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from faultday.core.records import RequestRecord
+from faultday.core.records import AnswerLabel, AnswerSample, RequestRecord
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +193,38 @@ def _items(value: object) -> Iterable[object]:
     raise TypeError(f"not a list: {value!r}")
 
 
+_LABELS = frozenset(AnswerLabel)
+TEXT_LIMIT = 4096  # characters of a quoted answer the harness keeps, whatever a line says
+
+
+def _strings(value: object, *, limit: int = 20) -> tuple[str, ...]:
+    return tuple(str(x)[:64] for x in list(_items(value))[:limit])
+
+
+def _sample(ev: dict[str, object], t: float, label: str) -> AnswerSample | None:
+    """The quoted answer a line carries (``qa``, in reservoir slot ``qk``), if any."""
+    if "qa" not in ev:
+        return None
+    key = tuple(_int(x) for x in _items(ev.get("qk") or ()))
+    if len(key) != 3:
+        raise ValueError(f"a quoted answer needs qk = [process, slot, index], got {key!r}")
+    return AnswerSample(
+        t=round(t, 6),
+        name=str(ev.get("n") or ""),
+        label=label,
+        status=_int(ev.get("s") or 0),
+        text=str(ev["qa"])[:TEXT_LIMIT],
+        key=(key[0], key[1], key[2]),
+        sources=_strings(ev.get("qs") or ()),
+        cited=_strings(ev.get("qc") or ()),
+    )
+
+
 def to_record(ev: dict[str, object], t: float) -> RequestRecord:
     """One event line (see locustfile) → a RequestRecord at scenario time ``t``."""
+    quality = str(ev.get("q") or "")
+    if quality and quality not in _LABELS:
+        raise ValueError(f"unknown answer label {quality!r}")
     ttft = ev.get("ttft")
     itl = ev.get("itl") or ()
     reasons = ev.get("r") or ()
@@ -213,4 +243,6 @@ def to_record(ev: dict[str, object], t: float) -> RequestRecord:
         error=str(ev.get("e") or ""),
         task_id=str(ev.get("tid") or ""),
         task_state=str(ev.get("st") or ""),
+        quality=quality,
+        sample=_sample(ev, t, quality),
     )

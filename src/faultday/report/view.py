@@ -8,6 +8,7 @@ The one exception is a runbook excerpt's section bodies, which are Markdown.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -21,6 +22,8 @@ from pathlib import Path
 import yaml
 
 from faultday.core.journal import Journal, JournalCheck, JournalEvent, RunVerdict
+from faultday.core.records import ANSWERS_NAME, AnswerLabel, AnswerSample
+from faultday.core.vocab import WindowKind
 from faultday.report import markdown
 from faultday.report import runbooks as rb
 from faultday.report.diagnosis import Diagnosis, diagnose
@@ -30,6 +33,9 @@ from faultday.report.series import SeriesSet, read_series
 log = logging.getLogger(__name__)
 
 TIMELINE_LIMIT = 300  # rows; a breaker that flaps for an hour must not make a 10 MB report
+ANSWER_ROWS = 5  # sampled answers shown per window, unless spec.load.answers.rows says
+ANSWER_ROWS_MAX = 100
+ANSWERS_MAX_BYTES = 32 << 20  # answers.jsonl read at most this far (the load bounds it anyway)
 # Event kinds that belong in the timeline even when they are many; the rest is noise there.
 _QUIET_KINDS = frozenset({"timeseries.written", "scrape.none"})
 _PATH_PREFIXES = ("breaker", "fallback", "task.resume", "resume", "retry", "restart", "component")
@@ -113,6 +119,15 @@ class DiagnosisRow:
 
 
 @dataclass(frozen=True, slots=True)
+class AnswerTable:
+    """A window's sampled answers as the report shows them: at most ``rows`` of ``kept``."""
+
+    window: str
+    kept: int
+    rows: tuple[AnswerSample, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ReportView:
     journal: Journal
     name: str
@@ -141,6 +156,8 @@ class ReportView:
     charts: tuple[Chart, ...] = ()
     chart_note: str = ""
     answers: tuple[tuple[float, str, str], ...] = field(default=())  # t, where, text
+    sampled_answers: tuple[AnswerTable, ...] = ()
+    answers_note: str = ""
     energy: tuple[EnergyRow, ...] = ()
     diagnoses: tuple[DiagnosisRow, ...] = ()
 
@@ -438,6 +455,85 @@ def answers(journal: Journal) -> list[tuple[float, str, str]]:
     return out[:50]
 
 
+def answer_rows(journal: Journal) -> int:
+    """Rows per window of the sampled-answers table: ``spec.load.answers.rows``, else 5."""
+    spec = journal.scenario.get("spec")
+    load = spec.get("load") if isinstance(spec, dict) else None
+    conf = load.get("answers") if isinstance(load, dict) else None
+    rows = conf.get("rows") if isinstance(conf, dict) else None
+    if isinstance(rows, int) and not isinstance(rows, bool) and rows >= 0:
+        return min(rows, ANSWER_ROWS_MAX)
+    return ANSWER_ROWS
+
+
+def read_answers(run_dir: Path) -> tuple[list[AnswerSample], str]:
+    """The run's sampled answers (``answers.jsonl``) and a note on what could not be read."""
+    path = run_dir / ANSWERS_NAME
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(ANSWERS_MAX_BYTES + 1)
+    except FileNotFoundError:
+        return [], ""
+    except OSError as exc:
+        return [], f"{ANSWERS_NAME} could not be read: {exc}"
+    cut = len(raw) > ANSWERS_MAX_BYTES
+    out: list[AnswerSample] = []
+    bad = 0
+    for line in raw[:ANSWERS_MAX_BYTES].decode("utf-8", "replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            out.append(AnswerSample.from_json(json.loads(line)))
+        except (ValueError, TypeError):
+            bad += 1
+    notes = [f"{bad} unreadable lines in {ANSWERS_NAME}"] if bad else []
+    if cut:
+        notes.append(f"{ANSWERS_NAME} is over {ANSWERS_MAX_BYTES >> 20} MiB; the rest is not shown")
+    return out, "; ".join(notes)
+
+
+_LABEL_ORDER = {str(label): i for i, label in enumerate(AnswerLabel)}
+
+
+def _pick(samples: list[AnswerSample], rows: int) -> list[AnswerSample]:
+    """Up to ``rows`` samples, every label shown before any shows twice (worst labels first),
+    each label's picks spread over the window; in time order."""
+    by_label: dict[str, list[AnswerSample]] = {}
+    for s in samples:
+        by_label.setdefault(s.label, []).append(s)
+    order = sorted(by_label, key=lambda k: (_LABEL_ORDER.get(k, len(_LABEL_ORDER)), k))
+    quota = dict.fromkeys(order, 0)
+    left = min(rows, len(samples))
+    while left:
+        for k in order:
+            if left and quota[k] < len(by_label[k]):
+                quota[k] += 1
+                left -= 1
+    picked = []
+    for k in order:
+        group, n = by_label[k], quota[k]
+        picked += [group[i * len(group) // n] for i in range(n)] if n else []
+    return sorted(picked, key=lambda s: (s.t, s.key))
+
+
+def answer_tables(journal: Journal, samples: list[AnswerSample]) -> list[AnswerTable]:
+    """The sampled answers of each window that does not overlap another: the baseline, each
+    fault, the recovered end (or the whole run when it has no faults)."""
+    rows = answer_rows(journal)
+    if not samples or not rows:
+        return []
+    shown = (WindowKind.BASELINE, WindowKind.FAULT, WindowKind.RECOVERED)
+    windows = [w for w in journal.windows if w.kind in shown] or [
+        w for w in journal.windows if w.kind == WindowKind.RUN
+    ]
+    tables = []
+    for w in sorted(windows, key=lambda w: (w.start, w.end)):
+        inside = [s for s in samples if w.start <= s.t < w.end]
+        if inside:
+            tables.append(AnswerTable(w.label, len(inside), tuple(_pick(inside, rows))))
+    return tables
+
+
 def runbook_excerpt(journal: Journal, *, base_dir: Path) -> RunbookExcerpt | None:
     """The runbook sections that apply (first checks, actions, verify) for the run's stack."""
     if not journal.runbook:
@@ -519,6 +615,7 @@ def build_view(
             )
     stack_yaml = yaml.safe_dump(journal.stack, sort_keys=False) if journal.stack else ""
     base = base_dir or Path.cwd()
+    sampled, answers_note = read_answers(run_dir)
     return ReportView(
         journal=journal,
         name=scenario_name(journal),
@@ -547,6 +644,8 @@ def build_view(
         charts=tuple(made),
         chart_note=note,
         answers=tuple(answers(journal)),
+        sampled_answers=tuple(answer_tables(journal, sampled)),
+        answers_note=answers_note,
         energy=tuple(energy_rows(journal, series)),
         diagnoses=tuple(diagnosis_rows(journal, series, run_dir, base_dir=base)),
     )

@@ -24,6 +24,7 @@ from faultday_refstack.agent.resilience import Deadline
 from faultday_refstack.agent.runtime import Runtime, Unavailable
 from faultday_refstack.agent.tasks import Task, TaskEngine, TaskRequest
 from faultday_wire.admin import CanaryShare
+from faultday_wire.answers import ANSWER_HEADER, CANNED
 from faultday_wire.webguard import WebGuard
 
 log = logging.getLogger(__name__)
@@ -247,6 +248,7 @@ def build_app(  # noqa: PLR0915 - every route of the runtime in one place
             headers={
                 DEGRADED_HEADER: "true" if result["degraded"] else "false",
                 f"{DEGRADED_HEADER}-reasons": ",".join(result["degraded_reasons"]),
+                ANSWER_HEADER: CANNED if result["canned"] else "model",
             },
         )
 

@@ -110,6 +110,7 @@ class LlmReply:
     model: str
     tool_calls: list[ToolCall] = field(default_factory=list)
     completion_tokens: int = 0  # as the LLM's usage reports it; 0 when it reports none
+    canned: bool = False  # the fallback text, no model's answer
 
 
 class Llm:

@@ -26,6 +26,7 @@ from faultday_refstack.agent.deps import (
 from faultday_refstack.agent.obs import Metrics, make_tracer_provider
 from faultday_refstack.agent.resilience import Deadline, DependencyError, Resilience
 from faultday_refstack.errors import UsageError
+from faultday_wire.answers import CANNED, doc_marker
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +228,7 @@ class Runtime:
         except DependencyError as exc:
             self._hop("llm", "canned", str(exc))
             out.mark("llm_unavailable")
-            return LlmReply(text=self.cfg.canned_answer, model="canned")
+            return LlmReply(text=self.cfg.canned_answer, model=CANNED, canned=True)
         out.mark("llm_backup")
         return reply
 
@@ -288,6 +289,7 @@ class Runtime:
             "degraded": bool(out.degraded),
             "degraded_reasons": out.degraded,
             "sources": [h.id for h in hits],
+            "canned": reply.canned,
             "policy": self.policy_name,
             "usage": {"completion_tokens": reply.completion_tokens},
         }
@@ -303,7 +305,8 @@ class Runtime:
     def _system(self, hits: list[Hit]) -> str:
         if not hits:
             return "You are a concise assistant."
-        ctx = "\n".join(f"[{h.id}] {h.text}" for h in hits)
+        # Each document behind its marker: a grounded model cites the ones it used.
+        ctx = "\n".join(f"{doc_marker(h.id)} {h.text}" for h in hits)
         return f"You are a concise assistant. Answer from this context:\n{ctx}"
 
     async def _retrieve(self, text: str, *, deadline: Deadline, out: Outcome) -> list[Hit]:

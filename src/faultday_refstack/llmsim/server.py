@@ -55,8 +55,10 @@ from faultday_refstack.llmsim.text import (
     ToolCall,
     WordStream,
     choose_tool_call,
+    context_markers,
     count_tokens,
     detokenize_pieces,
+    prompt_markers,
     render_chat,
     request_seed,
     sample_length,
@@ -183,6 +185,7 @@ class Choice:
     stop_reason: FinishReason
     seed: int
     tool: ToolCall | None
+    markers: tuple[str, ...] = ()  # the [doc:ID] markers of its context: a grounded answer cites
 
 
 @dataclass(slots=True)
@@ -247,7 +250,7 @@ class Live:
         self.error = False
         self.opened = False  # a chat stream's role chunk sent
         self.waker = waker
-        self.words = WordStream(choice.seed)
+        self.words = WordStream(choice.seed, markers=choice.markers, length=choice.target)
         self.tool = choice.tool
         self.pieces: list[str] = []
         if choice.tool is not None:
@@ -815,8 +818,9 @@ class LlmSim:
                 f"(n={n} x {len(prompts)} prompts)",
                 "n",
             )
+        markers = _markers(req, len(prompts))
         choices = [
-            self._choice(req, ids, prompt_index=p, sample=i)
+            self._choice(req, ids, prompt_index=p, sample=i, markers=markers[p])
             for p, ids in enumerate(prompts)
             for i in range(n)
         ]
@@ -830,7 +834,13 @@ class LlmSim:
         )
 
     def _choice(
-        self, req: GenerationRequest, ids: list[int], *, prompt_index: int, sample: int
+        self,
+        req: GenerationRequest,
+        ids: list[int],
+        *,
+        prompt_index: int,
+        sample: int,
+        markers: tuple[str, ...] = (),
     ) -> Choice:
         """The ``sample``-th output of one prompt; samples differ as vLLM's n children do."""
         max_tokens = self._max_tokens(req, prompt_len=len(ids))
@@ -847,6 +857,7 @@ class LlmSim:
             stop_reason=reason,
             seed=seed,
             tool=tool,
+            markers=markers,
         )
 
     def _max_tokens(self, req: GenerationRequest, *, prompt_len: int) -> int:
@@ -1164,6 +1175,18 @@ def _prompts(req: GenerationRequest, body: dict[str, Any]) -> list[list[int]]:
         tokenize(p) or [0] if isinstance(p, str) else _token_ids(p)
         for p in cast("list[str] | list[list[int]]", prompt)
     ]
+
+
+def _markers(req: GenerationRequest, prompts: int) -> list[tuple[str, ...]]:
+    """Each prompt's document markers (a prompt given as token ids has none)."""
+    if isinstance(req, ChatCompletionRequest):
+        return [context_markers(req.messages)]
+    prompt = req.prompt
+    if isinstance(prompt, str):
+        return [prompt_markers(prompt)]
+    if isinstance(prompt, list) and len(prompt) == prompts:
+        return [prompt_markers(p) if isinstance(p, str) else () for p in prompt]
+    return [()] * prompts  # one prompt of token ids
 
 
 def _token_ids(ids: list[int]) -> list[int]:

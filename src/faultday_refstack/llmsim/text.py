@@ -18,6 +18,7 @@ from typing import Any
 
 from faultday_refstack.llmsim.config import LengthDist, OutputLength, SimConfig, ToolSelect
 from faultday_refstack.llmsim.protocol import FunctionDefinition, NamedToolChoice, ToolChoice
+from faultday_wire.answers import cited, doc_marker
 
 VOCAB_SIZE = 32000
 # Roughly 4 characters a token, like BPE on English text.
@@ -163,16 +164,60 @@ def sample_length(dist: OutputLength, rng: random.Random) -> int:
     return max(dist.min, min(dist.max, round(n)))
 
 
+def context_markers(messages: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The ``[doc:ID]`` markers of the context a chat gives (not the model's own past answers)."""
+    text = "\n".join(
+        _content_text(m.get("content")) for m in messages if m.get("role") != "assistant"
+    )
+    return tuple(cited(text))
+
+
+def prompt_markers(prompt: str) -> tuple[str, ...]:
+    return tuple(cited(prompt))
+
+
+# Where a grounded answer cites: its first citation among the first few tokens (a cut or
+# short answer still carries one), a second a few tokens later when the answer is long enough.
+_FIRST_CITE = (1, 4)
+_CITE_GAP = (3, 8)
+
+
+def cite_plan(seed: int, markers: tuple[str, ...], length: int) -> dict[int, str]:
+    """Token position → the marker cited there: one or two of ``markers``, fixed by the seed."""
+    if not markers or length < 1:
+        return {}
+    rng = random.Random(seed ^ 0x5EED)  # noqa: S311 - reproducible citations, not secrets
+    chosen = rng.sample(markers, k=min(len(markers), rng.randint(1, 2)))
+    plan: dict[int, str] = {}
+    pos = min(length - 1, rng.randint(*_FIRST_CITE))
+    for doc in chosen:
+        if pos >= length or pos in plan:
+            break
+        plan[pos] = doc
+        pos += rng.randint(*_CITE_GAP)
+    return plan
+
+
 class WordStream:
-    """Deterministic words for one request, one token at a time."""
+    """Deterministic words for one request, one token at a time.
 
-    __slots__ = ("_rng",)
+    Given the document markers of its context, it cites some of them (``[doc:ID]``, one
+    token each, in place of a word) as a grounded model would; the words around them and
+    the number of tokens stay what they are without context.
+    """
 
-    def __init__(self, seed: int) -> None:
+    __slots__ = ("_cites", "_pos", "_rng")
+
+    def __init__(self, seed: int, *, markers: tuple[str, ...] = (), length: int = 0) -> None:
         self._rng = random.Random(seed)  # noqa: S311 - reproducible text, not secrets
+        self._cites = cite_plan(seed, markers, length)
+        self._pos = 0
 
     def next_piece(self) -> str:
-        return " " + self._rng.choice(_WORDS)
+        word = self._rng.choice(_WORDS)
+        doc = self._cites.get(self._pos)
+        self._pos += 1
+        return " " + (doc_marker(doc) if doc is not None else word)
 
 
 @dataclass(frozen=True, slots=True)
