@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import socket
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -319,3 +322,75 @@ def test_expect_100_continue_is_answered(inproc: ProxyServer, echo: EchoServer) 
         while chunk := s.recv(65536):
             out += chunk
     assert [status for status, _, _ in responses(out)] == [201]
+
+
+# ---- the fast request path: what it must still do ---------------------------------------------
+def test_a_request_in_one_byte_reads_is_framed_whole(inproc: ProxyServer, echo: EchoServer) -> None:
+    # Every connection reads into one shared buffer: each read is framed before the next.
+    create = json.dumps({"name": "x", "upstream": echo.addr}).encode()
+    toxic = json.dumps({"type": "latency", "name": "lat", "attributes": {"latency": 7}}).encode()
+    stream = request("POST", "/proxies", create) + request("POST", "/proxies/x/toxics", toxic)
+    stream += request("GET", "/proxies/x", headers={"Content-Length": "0", "Connection": "close"})
+    with socket.create_connection(("127.0.0.1", inproc.port), timeout=5) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(len(stream)):
+            s.send(stream[i : i + 1])
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    got = responses(out)
+    assert [status for status, _, _ in got] == [201, 200, 200]
+    assert json.loads(got[2][2])["toxics"][0]["attributes"] == {"latency": 7, "jitter": 0}
+
+
+def test_a_body_larger_than_one_read_arrives_whole(api: httpx.Client, echo: EchoServer) -> None:
+    make_proxy(api, "x", echo.addr)
+    body = json.dumps({"type": "latency", "name": "lat", "attributes": {"latency": 3}})
+    padded = body[:-1] + " " * (MAX_BODY // 2) + "}"  # several reads of the API's buffer
+    r = api.post("/proxies/x/toxics", content=padded.encode())
+    assert r.status_code == 200, r.text
+    assert r.json()["attributes"]["latency"] == 3
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["/version", "/version?pretty=1", "/version#top", "//localhost/version", "/%76ersion"],
+)
+def test_request_targets_route_by_their_path(inproc: ProxyServer, target: str) -> None:
+    got = responses(raw(inproc, request("GET", target, headers={"Connection": "close"})))
+    assert [status for status, _, _ in got] == [200]
+    assert json.loads(got[0][2])["version"].startswith("2.")
+
+
+def test_the_guard_judges_every_request_on_a_kept_alive_connection(
+    api: httpx.Client, echo: EchoServer
+) -> None:
+    # The guard's answers are remembered by method and headers: a change in either counts.
+    evil = {"Origin": "http://evil.example"}
+    text = {"Content-Type": "text/plain"}
+    body = json.dumps({"name": "x", "upstream": echo.addr})
+    statuses = [
+        api.get("/version").status_code,
+        api.get("/version", headers=evil).status_code,
+        api.get("/version").status_code,
+        api.post("/proxies", content=body, headers=text).status_code,
+        api.post("/proxies", content=body).status_code,
+        api.delete("/proxies/x", headers=evil).status_code,
+        api.delete("/proxies/x").status_code,
+    ]
+    assert statuses == [200, 403, 200, 403, 201, 403, 204]
+
+
+def test_request_ids_are_xids(api: httpx.Client) -> None:
+    # zerolog's xid, as Toxiproxy sends it: 4 bytes of time, 5 of machine and process,
+    # a 3-byte counter, in lower-case base32hex without padding.
+    before = int(time.time())
+    ids = [api.get("/version").headers["x-toxiproxy-request-id"] for _ in range(3)]
+    after = int(time.time())
+    raw_ids = [base64.b32hexdecode(i.upper() + "====") for i in ids]
+    assert all(len(i) == 20 for i in ids)
+    assert all(before <= int.from_bytes(r[:4], "big") <= after for r in raw_ids)
+    assert len({r[4:9] for r in raw_ids}) == 1
+    assert raw_ids[0][7:9] == (os.getpid() & 0xFFFF).to_bytes(2, "big")  # the server's, in-process
+    counts = [int.from_bytes(r[9:], "big") for r in raw_ids]
+    assert [(c - counts[0]) % (1 << 24) for c in counts] == [0, 1, 2]

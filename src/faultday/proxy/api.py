@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import ipaddress
 import json
 import logging
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import httptools
+import pydantic_core
 from pydantic import BaseModel, JsonValue, ValidationError
 
 from faultday import __version__
@@ -41,7 +43,7 @@ from faultday.proxy.models import (
 )
 from faultday.proxy.server import Proxy, ProxyError, bind_listener
 from faultday.proxy.toxics import Toxic
-from faultday_wire.webguard import check_request
+from faultday_wire.webguard import Refusal, check_request
 
 if TYPE_CHECKING:
     from faultday.proxy.server import ProxyServer
@@ -57,6 +59,8 @@ LINGER_TIMEOUT = 2.0  # after a refusal: how long unread input is drained before
 LINGER_BYTES = 4 * MAX_BODY
 MAX_PIPELINED = 64  # requests framed but not answered before reading pauses
 REQUEST_ID_HEADER = "X-Toxiproxy-Request-Id"
+READ_BUFFER = 64 << 10  # bytes one read of an API connection takes at most
+GUARD_MEMO = 64  # (method, headers) pairs the browser guard's answers are kept for
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -114,7 +118,21 @@ _METHODS = {
 
 
 def _json(status: int, value: JsonValue) -> Reply:
-    return Reply(status, json.dumps(value, separators=(",", ":")).encode())
+    # pydantic-core's encoder: compact, UTF-8, ~10x json.dumps on these small bodies.
+    return Reply(status, pydantic_core.to_json(value))
+
+
+_REQUEST_ID_PREFIX = REQUEST_ID_HEADER.encode() + b": "
+_CLOSE = b"Connection: close\r\n"
+
+
+@functools.lru_cache(maxsize=64)  # a few statuses and content types, rendered once each
+def _status_head(status: int, content_type: str) -> bytes:
+    """An answer's first lines, up to the value of its Content-Length."""
+    reason = _REASONS.get(status, "Error")
+    return (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: ".encode()
+    )
 
 
 def _error(exc: ApiError) -> Reply:
@@ -128,25 +146,56 @@ def _parse(model: type[M], body: JsonValue) -> M:
         raise bad_body(validation_message(exc)) from exc
 
 
+_B32HEX = "0123456789abcdefghijklmnopqrstuv"
+# Every pair of base32hex digits (10 bits), so an id's tail is three lookups.
+_B32HEX_PAIRS = tuple(a + b for a in _B32HEX for b in _B32HEX)
+
+
 class _RequestIds:
-    """Ids shaped as zerolog's xid (20 base32hex characters), one per answer."""
+    """Ids shaped as zerolog's xid (20 base32hex characters), one per answer.
+
+    An xid is 4 bytes of time, 5 of machine and process, 3 of a counter. Its first
+    14 digits hold the time and the first 38 bits of the middle part: they change
+    once a second and are encoded then. The last 6 hold the middle part's last 2
+    bits, the counter and 4 bits of padding (``base64.b32hexencode`` of the same 12
+    bytes, as ``_encode`` writes it, gives the same id).
+    """
 
     def __init__(self) -> None:
         self._stem = os.urandom(3) + (os.getpid() & 0xFFFF).to_bytes(2, "big")
         self._count = int.from_bytes(os.urandom(3), "big")
+        self._low = (self._stem[-1] & 3) << 28  # the stem's bits in the tail
+        self._second = -1
+        self._head = ""
 
     def next(self) -> str:
-        self._count = (self._count + 1) & 0xFFFFFF
-        raw = int(time.time()).to_bytes(4, "big") + self._stem + self._count.to_bytes(3, "big")
-        return base64.b32hexencode(raw).decode().rstrip("=").lower()
+        self._count = count = (self._count + 1) & 0xFFFFFF
+        second = int(time.time())
+        if second != self._second:
+            self._second = second
+            self._head = _encode(second, self._stem, 0)[:14]
+        tail = self._low | count << 4
+        pairs = _B32HEX_PAIRS
+        return self._head + pairs[tail >> 20] + pairs[tail >> 10 & 1023] + pairs[tail & 1023]
+
+
+def _encode(second: int, stem: bytes, count: int) -> str:
+    """An xid as the standard encoder writes it (``_RequestIds`` writes the same, faster)."""
+    raw = second.to_bytes(4, "big") + stem + count.to_bytes(3, "big")
+    return base64.b32hexencode(raw).decode().rstrip("=").lower()
 
 
 # ---- framing ---------------------------------------------------------------------------------
+# The headers the browser guard reads; every other header is skipped while framing.
+_GUARD_HEADERS = frozenset({b"user-agent", b"content-type", b"host", b"origin"})
+
+
 @dataclass(slots=True)
 class Request:
     method: str
     target: str
-    headers: list[tuple[str, str]]  # as sent: names lower-cased, repeats kept
+    # The _GUARD_HEADERS as sent: names lower-cased, repeats kept.
+    guard: tuple[tuple[bytes, bytes], ...]
     body: bytes
     keep_alive: bool
 
@@ -158,17 +207,19 @@ class _Framer:
     done: list[Request] = field(default_factory=list)
     refused: ApiError | None = None
     expects_continue: bool = False  # curl sends Expect: 100-continue with bodies over 1 KiB
-    _url: bytearray = field(default_factory=bytearray)
-    _headers: list[tuple[str, str]] = field(default_factory=list)
-    _length: str = ""
-    _body: bytearray = field(default_factory=bytearray)
+    _url: bytes = b""
+    _guard: list[tuple[bytes, bytes]] = field(default_factory=list)
+    _length: bytes = b""
+    _continue: bool = False
+    _body: list[bytes] = field(default_factory=list)
+    _size: int = 0  # of the body so far
     _head: int = 0
     parser: httptools.HttpRequestParser = field(init=False)
 
     def __post_init__(self) -> None:
         self.parser = httptools.HttpRequestParser(self)
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | memoryview) -> None:
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -181,53 +232,61 @@ class _Framer:
         self.refused = ApiError(400, message)
         raise ValueError(message)  # stops llhttp: nothing after this byte is parsed
 
+    # The callbacks run once per request piece: they keep only what a route reads.
     def on_message_begin(self) -> None:
-        self._url.clear()
-        self._headers = []
-        self._length = ""
-        self._body = bytearray()
+        self._url = b""
+        self._guard = []
+        self._length = b""
+        self._continue = False
+        self._body = []
+        self._size = 0
         self._head = 0
 
     def on_url(self, url: bytes) -> None:
         self._url += url
-        self._grow(len(url))
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._grow(len(name) + len(value))
-        key = name.decode("latin-1").lower()
-        self._headers.append((key, value.decode("latin-1")))
-        if key == "content-length":
-            self._length = self._headers[-1][1]
-
-    def _grow(self, n: int) -> None:
-        self._head += n
+        self._head += len(url)
         if self._head > MAX_HEAD:
             self._refuse(f"request head over {MAX_HEAD} bytes")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head += len(name) + len(value)
+        if self._head > MAX_HEAD:
+            self._refuse(f"request head over {MAX_HEAD} bytes")
+        key = name.lower()
+        if key in _GUARD_HEADERS:
+            self._guard.append((key, value))
+        elif key == b"content-length":
+            self._length = value
+        elif key == b"expect" and value.strip().lower() == b"100-continue":
+            self._continue = True
 
     def on_headers_complete(self) -> None:
         # llhttp has checked the digits; only the size is left to refuse before reading.
         if self._length.isdigit() and int(self._length) > MAX_BODY:
             self._refuse(f"request body over {MAX_BODY} bytes")
-        self.expects_continue = any(
-            k == "expect" and v.strip().lower() == "100-continue" for k, v in self._headers
-        )
+        self.expects_continue = self._continue
 
     def on_body(self, body: bytes) -> None:
-        if len(self._body) + len(body) > MAX_BODY:  # chunked bodies have no length up front
+        self._size += len(body)
+        if self._size > MAX_BODY:  # chunked bodies have no length up front
             self._refuse(f"request body over {MAX_BODY} bytes")
-        self._body += body
+        self._body.append(body)
 
     def on_message_complete(self) -> None:
         self.expects_continue = False
+        method = self.parser.get_method()
         self.done.append(
             Request(
-                method=self.parser.get_method().decode("latin-1"),
+                method=_METHOD_NAMES.get(method) or method.decode("latin-1"),
                 target=self._url.decode("latin-1"),
-                headers=self._headers,
-                body=bytes(self._body),
+                guard=tuple(self._guard),
+                body=b"".join(self._body),
                 keep_alive=self.parser.should_keep_alive(),
             )
         )
+
+
+_METHOD_NAMES = {m.encode(): m for m in ("GET", "POST", "PATCH", "PUT", "DELETE", "HEAD")}
 
 
 # ---- JSON bodies -----------------------------------------------------------------------------
@@ -249,6 +308,10 @@ def _depth(value: JsonValue) -> int:
     return deepest
 
 
+# json.loads builds a decoder per call when given an option; this one is built once.
+_decode_json = json.JSONDecoder(parse_constant=_no_constant).decode
+
+
 def decode_body(body: bytes) -> JsonValue:
     """The request's JSON; an empty body is Go's ``EOF`` (400), as in Toxiproxy."""
     if not body.strip():
@@ -258,7 +321,7 @@ def decode_body(body: bytes) -> JsonValue:
     except UnicodeDecodeError as exc:
         raise bad_body(f"invalid UTF-8 at byte {exc.start}") from exc
     try:
-        value: JsonValue = json.loads(text, parse_constant=_no_constant)
+        value: JsonValue = _decode_json(text)
     except RecursionError as exc:
         raise bad_body(f"JSON nested deeper than {MAX_DEPTH} levels") from exc
     except ValueError as exc:  # JSONDecodeError, NaN/Infinity
@@ -305,6 +368,8 @@ async def same_listen(current: str, wanted: str, *, any_port: bool = False) -> b
 
 
 def _path(target: str) -> list[str]:
+    if target[:1] == "/" and target[:2] != "//" and not any(c in target for c in "?#%"):
+        return [p for p in target.split("/") if p]  # what urlsplit would give, without it
     path = urlsplit(target).path
     return (
         [unquote(p) for p in path.split("/") if p]
@@ -332,12 +397,16 @@ class _Step:
 
 
 # ---- connections ------------------------------------------------------------------------------
-class _ApiConnection(asyncio.Protocol):
+class _ApiConnection(asyncio.BufferedProtocol):
     """One client connection: llhttp framing, answers in order, bounded buffers.
 
     A protocol rather than streams: a route that acts at once (toxics, reads) is
-    answered inside ``data_received``, with no task switch; the routes that await
+    answered inside ``buffer_updated``, with no task switch; the routes that await
     (listening, resolving) run as a task, and the connection waits for them.
+    Buffered: the transport reads into the handler's one buffer. A plain protocol
+    gets a fresh 256 KiB ``bytes`` per read, which glibc maps and unmaps each time
+    (three system calls, a page fault and a TLB shootdown to the relay's thread per
+    API call).
     """
 
     def __init__(self, handler: ApiHandler) -> None:
@@ -368,14 +437,18 @@ class _ApiConnection(asyncio.Protocol):
         if self.task is not None:
             self.task.cancel()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.handler.buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        # What was read is framed now, before the buffer is read into again.
         self.last = time.monotonic()
         if self.done:  # lingering after a refusal: dropped, never parsed
-            self.dropped += len(data)
+            self.dropped += nbytes
             if self.dropped > LINGER_BYTES:
                 self.abort()
             return
-        self.framer.feed(data)
+        self.framer.feed(self.handler.buffer[:nbytes])
         if self.framer.expects_continue:
             self.framer.expects_continue = False
             # Only between answers: a 100 must not come before an earlier request's reply.
@@ -477,8 +550,14 @@ class ApiHandler:
         self.allowed_hosts = allowed_hosts  # Host names beyond loopback (faultday_wire.webguard)
         self.connections: set[_ApiConnection] = set()
         self._ids = _RequestIds()
+        # Every connection reads into this one buffer (asyncio.BufferedProtocol): each
+        # read is framed before the loop reads again, and llhttp copies what it keeps.
+        self.buffer = memoryview(bytearray(READ_BUFFER))
+        # The guard's answers by (method, its headers): check_request is pure, and a
+        # client sends the same headers on every call. Cleared when full.
+        self._guarded: dict[tuple[str, tuple[tuple[bytes, bytes], ...]], Refusal | None] = {}
 
-    def connection(self) -> asyncio.Protocol:
+    def connection(self) -> asyncio.BaseProtocol:
         """The protocol factory for ``loop.create_server``."""
         return _ApiConnection(self)
 
@@ -489,25 +568,38 @@ class ApiHandler:
         await asyncio.sleep(0)  # let connection_lost run
 
     def render(self, reply: Reply, *, close: bool) -> bytes:
-        head = (
-            f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'Error')}\r\n"
-            f"Content-Type: {reply.content_type}\r\n"
-            f"Content-Length: {len(reply.body)}\r\n"
-            f"{REQUEST_ID_HEADER}: {self._ids.next()}\r\n"
+        head = _status_head(reply.status, reply.content_type)
+        return b"%s%d\r\n%s%s\r\n%s\r\n%s" % (
+            head,
+            len(reply.body),
+            _REQUEST_ID_PREFIX,
+            self._ids.next().encode(),
+            _CLOSE if close else b"",
+            reply.body,
         )
-        if close:
-            head += "Connection: close\r\n"
-        return head.encode() + b"\r\n" + reply.body
+
+    def guard(self, request: Request) -> Refusal | None:
+        """The browser guard's answer (faultday_wire.webguard): all four rules, every route."""
+        key = (request.method, request.guard)
+        try:
+            return self._guarded[key]
+        except KeyError:
+            pass
+        refusal = check_request(
+            request.method,
+            request.guard,
+            listen_host=self.server.host,
+            allowed_hosts=self.allowed_hosts,
+        )
+        if len(self._guarded) >= GUARD_MEMO:
+            self._guarded.clear()
+        self._guarded[key] = refusal
+        return refusal
 
     def answer_now(self, request: Request) -> Reply | None:
         """The reply, when the route acts at once; None for a route that must await."""
         # Every route creates relays or changes them: all four browser rules, everywhere.
-        refusal = check_request(
-            request.method,
-            request.headers,
-            listen_host=self.server.host,
-            allowed_hosts=self.allowed_hosts,
-        )
+        refusal = self.guard(request)
         if refusal is not None:
             return _error(ApiError(refusal.status, refusal.message))
         try:
