@@ -69,6 +69,7 @@ def test_a_leak_of_120_mib_a_minute_fails_the_rss_drift_check(tmp_path: Path) ->
     assert check["observed"] in (run_dir / "report.md").read_text().replace("\\[", "[").replace(
         "\\]", "]"
     )
+    assert (run_dir / "charts" / "rss.svg").exists()  # the report charts RSS per component
     # the revert gave the memory back: the last sample is near the first
     (fault,) = journal["faults"]
     assert fault["revert_ok"] is True

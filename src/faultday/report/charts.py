@@ -210,7 +210,7 @@ def make_charts(journal: Journal, series: SeriesSet) -> list[Chart]:
         charts.append(
             _line_chart(journal, "degraded", "Degraded share by reason", deg, "% of requests")
         )
-    return charts + gpu_charts(journal, series)
+    return charts + gpu_charts(journal, series) + process_charts(journal, series)
 
 
 def gpu_charts(journal: Journal, series: SeriesSet) -> list[Chart]:
@@ -225,6 +225,25 @@ def gpu_charts(journal: Journal, series: SeriesSet) -> list[Chart]:
             for c in en.gpu_components(series)
             for s in en.component_series(series, field, c)[:1]
         ]
+        if lines:
+            out.append(_line_chart(journal, name, title, lines, unit))
+    return out
+
+
+# Written by the process sampler of a soak (faultday.observe.procs); named here because the
+# report reads only the run's files, never another part.
+PROC_RSS = "proc_rss_bytes"
+PROC_FDS = "proc_open_fds"
+
+
+def process_charts(journal: Journal, series: SeriesSet) -> list[Chart]:
+    """A soak's resident memory and open FDs per component (``load.shape: soak``)."""
+    out = []
+    for name, field, title, unit, scale in (
+        ("rss", PROC_RSS, "Resident memory per component (RSS of its process tree)", "MiB", 2**-20),
+        ("fds", PROC_FDS, "Open file descriptors per component", "FDs", 1.0),
+    ):
+        lines = [(s, s.label("component"), scale) for s in series.all(field)]
         if lines:
             out.append(_line_chart(journal, name, title, lines, unit))
     return out
