@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -128,8 +129,17 @@ def gameday(
         bool | None,
         typer.Option("--progress/--no-progress", help="Live display (default: on a TTY)."),
     ] = None,
+    skip_preflight: Annotated[
+        bool,
+        typer.Option(
+            "--skip-preflight", help="Start without `faultday preflight` of the stack first."
+        ),
+    ] = False,
 ) -> None:
-    """Run a suite of scenarios; write the scorecard, trend, JUnit and runbooks."""
+    """Run a suite of scenarios; write the scorecard, trend, JUnit and runbooks.
+
+    The first scenario's stack is checked first (``faultday preflight``); the game day
+    refuses to start on a failure unless ``--skip-preflight`` is given."""
     # Start-up time: `faultday --help` loads this module; the game day and renderers load on use.
     from faultday.gameday import Progress as GameDayProgress  # noqa: PLC0415
     from faultday.gameday import run_gameday  # noqa: PLC0415
@@ -184,6 +194,15 @@ def gameday(
             runbook_stack=runbook_stack,
             progress=GameDayProgress(on_start=on_start, on_status=on_status, on_done=on_done),
             signals=policy,
+            preflight=not skip_preflight,
+        )
+    pre = gd.preflight
+    if pre is not None and pre.verdict not in ("passed", "skipped"):
+        for line in pre.problems:
+            console.print(f"  [red]✗[/] preflight {escape(line)}", soft_wrap=True)
+        console.print(
+            f"[red]preflight {pre.verdict}[/]: {escape(pre.reason)} — the game day did not start"
+            " (--skip-preflight starts it anyway)"
         )
     score = "—" if gd.score is None else f"{gd.score:.1f}"
     console.print(

@@ -17,9 +17,11 @@ from faultday.core.journal import Journal
 from faultday.core.profile import load_profile
 from faultday.engine.runner import Status
 from faultday.errors import ScenarioError, UsageError
+from faultday.preflight.runner import PreflightOptions, run_preflight
 from faultday.report.gameday import (
     GAMEDAY_PREFIX,
     GameDay,
+    GameDayPreflight,
     find_previous,
     overall,
     render_gameday,
@@ -82,11 +84,14 @@ def run_gameday(
     progress: Progress | None = None,
     runbook_stack: str | None = None,
     signals: SignalPolicy | None = None,
+    preflight: bool = True,
 ) -> tuple[GameDay, Path]:
     """Run every scenario in turn; write the game day's outputs; return it and its folder.
 
     ``signals`` is the command's installed policy: each run is attached to it, and
-    once it has been asked to stop no further scenario starts.
+    once it has been asked to stop no further scenario starts. ``preflight`` first
+    checks the first scenario's stack (``faultday preflight``); on a failure no
+    scenario runs.
     """
     base = base_dir or Path.cwd()
     suite = load_suite(paths, tags=tags, base_dir=base)
@@ -104,6 +109,11 @@ def run_gameday(
     settings = Settings(report_dir=folder, base_dir=base, time_scale=time_scale)
     journals: list[Journal] = []
     try:
+        gd.preflight = _preflight(suite, folder=folder, base=base, pool=pool, enabled=preflight)
+        gd.write(folder)
+        if gd.preflight.verdict not in ("passed", "skipped"):
+            gd.stack_notes.append("preflight did not pass: no scenario was started")
+            suite = []
         for i, loaded in enumerate(suite):
             if signals is not None and signals.stop_requested:
                 gd.stack_notes.append(f"stopped before {loaded.scenario.name}")
@@ -142,6 +152,49 @@ def run_gameday(
             runbook_facts=lambda: facts_from_profile(stack, base_dir=base),
         )
     return gd, folder
+
+
+PREFLIGHT_DIR = "preflight"
+MAX_PROBLEMS = 20  # listed on the scorecard; the preflight's own report has them all
+
+
+def _preflight(
+    suite: Sequence[LoadedScenario],
+    *,
+    folder: Path,
+    base: Path,
+    pool: StackPool | None,
+    enabled: bool,
+) -> GameDayPreflight:
+    """Preflight the first scenario's stack: the pool's (then reused by the scenario) or its own."""
+    if not enabled:
+        return GameDayPreflight(verdict="skipped", reason="--skip-preflight")
+    if not suite:
+        return GameDayPreflight(verdict="passed", reason="no scenario to run")
+    first = suite[0]
+    spec = first.scenario.spec
+    options = PreflightOptions(
+        profile=stack_ref(spec.stack, first.file), base_dir=base, policy=spec.policy
+    )
+    where = folder / PREFLIGHT_DIR
+    where.mkdir()
+    try:
+        stack = pool.get(first) if pool is not None else None
+    except Exception as exc:  # a stack that does not start fails the preflight
+        log.exception("the stack for the preflight did not come up")
+        return GameDayPreflight(verdict="error", reason=f"the stack did not come up: {exc}")
+    outcome = run_preflight(options, stack=stack, folder=where.resolve())
+    problems = [
+        f"{c.window}: {c.label} — expected {c.expected}, observed {c.observed}"
+        + (f" — {c.message}" if c.message else "")
+        for c in outcome.problems()
+    ]
+    return GameDayPreflight(
+        verdict=str(outcome.journal.verdict),
+        reason=outcome.journal.reason,
+        run_dir=PREFLIGHT_DIR,
+        problems=problems[:MAX_PROBLEMS],
+    )
 
 
 def _new_folder(report_dir: Path, now: datetime) -> Path:

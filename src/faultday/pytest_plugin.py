@@ -16,6 +16,7 @@ import pytest
 
 from faultday.core.journal import Journal, RunVerdict
 from faultday.core.ledger import Ledger
+from faultday.core.preflight import load_preflight_file
 from faultday.core.profile import load_profile
 from faultday.errors import ScenarioError
 from faultday.injectors.base import injector_registry
@@ -71,7 +72,71 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:
     if file_path.name.endswith(SUFFIX):
         return ScenarioFile.from_parent(parent, path=file_path)
+    if file_path.name.endswith(PREFLIGHT_SUFFIX):
+        return PreflightFile.from_parent(parent, path=file_path)
     return None
+
+
+# ---- preflight files: `faultday preflight` as a test item ---------------------------------
+
+PREFLIGHT_SUFFIX = ".preflight.yaml"
+
+
+class PreflightFile(pytest.File):
+    """A preflight file (``kind: Preflight``): one item that checks its stack."""
+
+    def collect(self) -> Iterator[PreflightItem]:
+        try:
+            doc = load_preflight_file(self.path)
+        except ScenarioError as exc:
+            raise self.CollectError("invalid preflight file:\n" + str(exc)) from None
+        yield PreflightItem.from_parent(self, name=f"preflight {doc.stack}", stack=doc.stack)
+
+
+class PreflightFailed(Exception):
+    """Raised by a preflight item that did not pass; carries its journal."""
+
+    def __init__(self, journal: Journal) -> None:
+        super().__init__(journal.reason)
+        self.journal = journal
+
+
+class PreflightItem(pytest.Item):
+    def __init__(self, *, stack: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stack = stack
+
+    def runtest(self) -> None:
+        # Start-up time: every pytest session loads this plugin; the preflight loads on use.
+        from faultday.preflight.runner import PreflightOptions, run_preflight  # noqa: PLC0415
+
+        opt = self.config.getoption
+        # A profile path is taken from the file's folder, a name from the invocation's.
+        ref = self.stack
+        if "/" in ref or ref.endswith((".yaml", ".yml")):
+            ref = str((self.path.parent / ref).resolve())
+        outcome = run_preflight(
+            PreflightOptions(
+                profile=ref,
+                base_dir=self.config.invocation_params.dir,
+                report_dir=Path(opt("faultday_report_dir")),
+                policy=opt("faultday_policy"),
+                config=self.path,
+            )
+        )
+        self.stash[REPORT_KEY] = outcome.run_dir
+        self.user_properties.append(("faultday_verdict", str(outcome.journal.verdict)))
+        self.user_properties.append(("faultday_run_dir", str(outcome.run_dir)))
+        if not outcome.passed:
+            raise PreflightFailed(outcome.journal)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, PreflightFailed):
+            return _describe_failure(excinfo.value.journal)
+        return str(super().repr_failure(excinfo, style=style))
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"preflight: {self.stack}"
 
 
 class ScenarioFile(pytest.File):

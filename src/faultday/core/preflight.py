@@ -137,7 +137,12 @@ class PreflightFile(_Strict):
 
     api_version: Literal["faultday/v1"] = Field(alias="apiVersion")
     kind: Literal["Preflight"]
-    spec: PreflightSpec
+    stack: str = Field(
+        default="local",
+        description="the stack profile it checks, by name or path from this file's folder "
+        "(the pytest item; `faultday preflight --profile` names its own)",
+    )
+    spec: PreflightSpec = PreflightSpec()
 
 
 class GoldenDefaults(_Strict):
@@ -147,11 +152,11 @@ class GoldenDefaults(_Strict):
     log_ignore: tuple[LogRule, ...] = ()
 
 
-def load_preflight_file(path: Path) -> PreflightSpec:
-    """A preflight file's spec; ScenarioError with file:line:col and the field."""
+def load_preflight_file(path: Path) -> PreflightFile:
+    """A preflight file; ScenarioError with file:line:col and the field."""
     doc = parse_file(path)
     try:
-        return PreflightFile.model_validate(doc.data).spec
+        return PreflightFile.model_validate(doc.data)
     except ValidationError as exc:
         raise ScenarioError(validation_problems(doc, exc, model=PreflightFile)) from exc
 

@@ -59,7 +59,7 @@ def scan_logs(subject: Subject, rules: tuple[LogRule, ...]) -> list[JournalCheck
                 )
             )
             continue
-        out.extend(_scan_one(comp, rules, subject.spec.log_max_bytes, subject.spec.log_repeats))
+        out.extend(scan_log(comp, rules, subject.spec.log_max_bytes, subject.spec.log_repeats))
     return out
 
 
@@ -70,8 +70,8 @@ def _read_tail(path: Path, max_bytes: int) -> tuple[int, list[str]]:
         size = f.tell()
         start = max(0, size - max_bytes)
         skipped = 0
+        f.seek(0)
         if start:
-            f.seek(0)
             # Line numbers stay true: count the lines that are skipped, a block at a time.
             left = start
             while left:
@@ -85,7 +85,7 @@ def _read_tail(path: Path, max_bytes: int) -> tuple[int, list[str]]:
     return skipped + 1, lines
 
 
-def _scan_one(
+def scan_log(
     comp: ComponentInfo, rules: tuple[LogRule, ...], max_bytes: int, repeats: int
 ) -> list[JournalCheck]:
     path = Path(comp.log)

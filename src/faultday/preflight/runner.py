@@ -70,7 +70,7 @@ class PreflightOutcome:
 def settings_for(options: PreflightOptions, profile: StackProfile) -> PreflightSpec:
     """The preflight file's spec if one is given, else the profile's ``spec.preflight``."""
     if options.config is not None:
-        return load_preflight_file(options.config)
+        return load_preflight_file(options.config).spec
     return profile.spec.preflight
 
 

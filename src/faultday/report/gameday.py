@@ -127,6 +127,15 @@ class GameDayScenario(_M):
     energy: Energy = Field(default_factory=Energy)
 
 
+class GameDayPreflight(_M):
+    """The preflight the game day ran first (``faultday preflight``), or that it was skipped."""
+
+    verdict: str = Field(description="passed, failed, error, aborted, or skipped")
+    reason: str = ""
+    run_dir: str = Field(default="", description="relative to the game-day folder")
+    problems: list[str] = Field(default_factory=list, description="each failed check, with where")
+
+
 class GameDay(_M):
     version: int = GAMEDAY_VERSION
     id: str
@@ -140,6 +149,7 @@ class GameDay(_M):
     previous: str | None = Field(default=None, description="id of the game day compared against")
     scenarios: list[GameDayScenario] = Field(default_factory=list)
     stack_notes: list[str] = Field(default_factory=list)
+    preflight: GameDayPreflight | None = None
 
     def write(self, folder: Path) -> Path:
         path = folder / GAMEDAY_JSON
@@ -242,6 +252,10 @@ def overall(gd: GameDay) -> None:
     gd.verdict = max(
         (s.verdict for s in gd.scenarios), key=lambda v: VERDICT_RANK[v], default=RunVerdict.PASSED
     )
+    if gd.preflight is not None and gd.preflight.verdict not in ("passed", "skipped"):
+        # The game day refused to start: no scenario ran on a stack that was never validated.
+        pre = RunVerdict(gd.preflight.verdict)
+        gd.verdict = max(gd.verdict, pre, key=lambda v: VERDICT_RANK[v])
 
 
 # ---- trend ------------------------------------------------------------------------
