@@ -21,7 +21,10 @@ from faultday.observe.procs import FDS, RSS, ProcessSampler
 
 MIB = 2**20
 # A child that keeps 30 MiB and leaves when its parent is gone (killed: no leftovers).
-CHILD = "import os, time\nk = bytearray(30 << 20)\np = os.getppid()\nwhile os.getppid() == p: time.sleep(0.1)"
+CHILD = (
+    "import os, time\nk = bytearray(30 << 20)\np = os.getppid()\n"
+    "while os.getppid() == p: time.sleep(0.1)"
+)
 # A parent that keeps 40 MiB and 20 open files, with that child.
 HOLDER = f"""
 import subprocess, sys, time
