@@ -97,6 +97,25 @@ class HttpMethod(StrEnum):
     POST = "POST"
 
 
+class AnswerSpec(Strict):
+    """Which answers the load quotes and the report shows (docs/load.md, "Answer quality")."""
+
+    cap: whole(ge=0, le=1000) = Field(  # type: ignore[valid-type]
+        default=20,
+        description="answers quoted per window and load process: every one up to it, then a "
+        "reservoir sample",
+    )
+    bytes: whole(ge=1, le=4096) = Field(  # type: ignore[valid-type]
+        default=200, description="the first bytes of each quoted answer"
+    )
+    rows: whole(ge=0, le=100) = Field(  # type: ignore[valid-type]
+        default=5, description="sampled answers the report shows per window"
+    )
+    canned: tuple[Line, ...] = Field(
+        default=(), max_length=20, description="fallback texts besides the reference agent's"
+    )
+
+
 class LoadSpec(Strict):
     workload: Workload = Field(default=Workload.CHAT, description="what the simulated users do")
     target: str = Field(
@@ -129,6 +148,9 @@ class LoadSpec(Strict):
     )
     sample_interval: duration_at_least(MIN_SAMPLE_INTERVAL) = Field(  # type: ignore[valid-type]
         default=1.0, description=f"time-series resolution, >= {MIN_SAMPLE_INTERVAL}"
+    )
+    answers: AnswerSpec = Field(
+        default_factory=AnswerSpec, description="answer quality: which answers are quoted"
     )
 
 

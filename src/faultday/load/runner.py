@@ -53,9 +53,6 @@ class LoadOptions:
     request_timeout: float = 30.0
     task_timeout: float = 120.0
     log_name: str = "load"
-    answer_cap: int = 20  # answers quoted per time slot and load process (then reservoir)
-    answer_bytes: int = 200  # the first bytes of each quoted answer
-    canned_answers: tuple[str, ...] = ()  # fallback texts besides the reference agent's
 
 
 def shape_of(spec: LoadSpec) -> ShapeSpec:
@@ -125,10 +122,10 @@ def base_config(
         task_timeout=options.task_timeout,
         think_time=options.think_time,
         answers=AnswerSampling(
-            cap=options.answer_cap,
-            text_bytes=options.answer_bytes,
+            cap=spec.answers.cap,
+            text_bytes=spec.answers.bytes,
             edges=answer_edges(run.scenario.spec),
-            canned=options.canned_answers,
+            canned=spec.answers.canned,
         ),
     )
 

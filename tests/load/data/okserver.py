@@ -1,8 +1,12 @@
 """A small HTTP server for load tests: 200 on every GET; /admin/delay?ms=N sets a response delay.
 
+/sse streams an OpenAI-style answer of two chunks and ``[DONE]``; /sse?cut=1 closes the
+connection after the chunks, without ending the stream (an answer cut off).
+
 It also serves Prometheus text on /metrics (requests served) so scrapes have something real.
 """
 
+import json
 import sys
 import threading
 import time
@@ -27,7 +31,22 @@ class Handler(BaseHTTPRequestHandler):
         time.sleep(STATE["delay"])
         with LOCK:
             STATE["served"] += 1
+        if url.path == "/sse":
+            return self._sse(cut="cut" in parse_qs(url.query))
         return self._send(200, b'{"status":"ok"}', "application/json")
+
+    def _sse(self, *, cut: bool) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("connection", "close")
+        self.end_headers()
+        for word in (" the", " answer"):
+            chunk = {"choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+        if not cut:
+            self.wfile.write(b"data: [DONE]\n\n")
+        self.close_connection = True
 
     def _send(self, status: int, body: bytes, ctype: str) -> None:
         self.send_response(status)
