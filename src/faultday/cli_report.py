@@ -49,6 +49,7 @@ def report(
 ) -> None:
     """Render a run's reports again from its journal.json."""
     # Start-up time: `faultday --help` loads this module; the game day and renderers load on use.
+    from faultday.report.preflight import is_preflight, render_preflight  # noqa: PLC0415
     from faultday.report.render import render_all  # noqa: PLC0415
 
     if not (run_dir / JOURNAL_NAME).is_file():
@@ -57,7 +58,12 @@ def report(
         journal = read_journal(run_dir)
     except ValueError as exc:  # pydantic's ValidationError and JSON errors
         raise UsageError(f"{run_dir / JOURNAL_NAME}: not a journal: {exc}") from exc
-    errors = render_all(journal, run_dir)
+    if is_preflight(journal):  # a preflight's folder: its own page, not a run's
+        journal.artifacts.update(render_preflight(journal, run_dir))
+        journal.write(run_dir)
+        errors: list[str] = []
+    else:
+        errors = render_all(journal, run_dir)
     for err in errors:
         console.print(f"[red]report error[/] {err}", soft_wrap=True)
     for name, file in sorted(journal.artifacts.items()):

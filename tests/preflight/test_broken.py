@@ -103,3 +103,17 @@ def test_the_command_exits_1_and_prints_each_place(broken: Running, tmp_path: Pa
     assert "spec.components.llm-primary.args[3]" in err
     assert "policies.default.timeouts.tool_call" in err
     assert f"{broken.stack.log_path('llm-backup')}:" in err
+
+
+def test_the_reports_list_each_problem_with_where_it_is(
+    broken: Running, outcome: PreflightOutcome
+) -> None:
+    md = (outcome.run_dir / "report.md").read_text()
+    html = (outcome.run_dir / "report.html").read_text()
+    assert md.startswith("# Preflight of stack local — FAILED")
+    problems = md[md.index("## Problems") : md.index("## Config")]
+    assert problems.count("\n- **") == 3
+    assert "spec.components.llm-primary.args\\[3\\]" in problems  # Markdown-escaped
+    assert 'id="problem-list"' in html and html.count("<li><strong>") == 3
+    assert "policies.default.timeouts.tool_call" in html
+    assert "Impact" not in html  # the run report's load sections mean nothing here

@@ -57,7 +57,13 @@ def test_the_healthy_local_stack_passes_every_area(healthy: Running, tmp_path: P
         assert (outcome.run_dir / name).is_file()
     suite = ET.parse(outcome.run_dir / "junit.xml").getroot()
     assert suite.get("failures") == "0" and int(suite.get("tests", "0")) == len(j.checks)
-    assert "preflight" in (outcome.run_dir / "report.html").read_text()
+    html = (outcome.run_dir / "report.html").read_text()
+    assert "None: the stack is fit for a game day" in html and "_style" not in html
+    # `faultday report` renders a preflight's folder again with the preflight's page.
+    (outcome.run_dir / "report.md").unlink()
+    r = faultday("report", str(outcome.run_dir))
+    assert r.returncode == 0, r.stderr
+    assert (outcome.run_dir / "report.md").read_text().startswith("# Preflight of stack local")
 
 
 def test_the_command_exits_0_on_the_running_stack(healthy: Running, tmp_path: Path) -> None:

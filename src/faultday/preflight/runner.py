@@ -28,7 +28,7 @@ from faultday.preflight.config import check_config
 from faultday.preflight.golden import default_log_rules, plan, run_golden, unknown_components
 from faultday.preflight.logs import scan_logs
 from faultday.preflight.resources import check_resources
-from faultday.report.render import render_all
+from faultday.report.preflight import KIND, render_preflight
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,14 @@ def run_preflight(
                 journal.errors.append(f"stack down failed: {exc}")
                 journal.verdict = RunVerdict.ERROR
         journal.ended = time.time()
-    errors = render_all(journal, folder)
+    errors: list[str] = []
+    try:
+        journal.artifacts.update(render_preflight(journal, folder))
+    except Exception as exc:
+        log.exception("preflight report failed")
+        errors.append(f"preflight report: {type(exc).__name__}: {exc}")
+        journal.errors.extend(errors)
+    journal.write(folder)
     return PreflightOutcome(journal, folder, tuple(errors))
 
 
@@ -187,10 +194,11 @@ def _journal(folder: Path, profile: StackProfile) -> Journal:
         run_dir=str(folder),
         scenario_file=profile.source,
         scenario={
+            "kind": KIND,
             "metadata": {
                 "name": f"preflight-{profile.name}",
                 "title": f"Preflight of stack {profile.name}",
-            }
+            },
         },
         title=f"Preflight of stack {profile.name}",
         stack_profile=profile.name,
