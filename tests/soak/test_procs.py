@@ -22,7 +22,7 @@ from faultday.observe.procs import FDS, RSS, ProcessSampler
 MIB = 2**20
 # A child that keeps 30 MiB and leaves when its parent is gone (killed: no leftovers).
 CHILD = (
-    "import os, time\nk = bytearray(30 << 20)\np = os.getppid()\n"
+    "import os, time\nk = bytearray(30 << 20)\np = os.getppid()\nprint('up', flush=True)\n"
     "while os.getppid() == p: time.sleep(0.1)"
 )
 # A parent that keeps 40 MiB and 20 open files, with that child.
@@ -30,7 +30,8 @@ HOLDER = f"""
 import subprocess, sys, time
 keep = bytearray(40 << 20)
 files = [open(sys.argv[1], "rb") for _ in range(20)]
-child = subprocess.Popen([sys.executable, "-c", {CHILD!r}])
+child = subprocess.Popen([sys.executable, "-c", {CHILD!r}], stdout=subprocess.PIPE, text=True)
+child.stdout.readline()  # its 30 MiB are held
 print("ready", flush=True)
 try:
     time.sleep(60)
@@ -89,7 +90,6 @@ def holder(tmp_path: Path, started: list[subprocess.Popen[str]]) -> subprocess.P
     )
     started.append(p)
     assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-    time.sleep(0.3)  # the child's bytearray too
     return p
 
 

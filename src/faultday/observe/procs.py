@@ -44,22 +44,29 @@ def component_names(run: RunView) -> list[str]:
 def tree_figures(proc: psutil.Process) -> tuple[int, int | None]:
     """(RSS bytes, open FDs) of a process and all its children; FDs None when unreadable.
 
-    NoSuchProcess when the process itself is gone."""
-    if not proc.is_running():  # exited, or its PID now names another process
-        raise psutil.NoSuchProcess(proc.pid)
-    rss, fds = 0, 0
-    readable = True
-    for p in [proc, *proc.children(recursive=True)]:
+    NoSuchProcess when the process itself is gone (a zombie included): its children,
+    orphaned, are not the component any more.
+    """
+    if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+        raise psutil.NoSuchProcess(proc.pid)  # exited, or its PID names another process
+    children = proc.children(recursive=True)
+    rss, fds, readable = _figures(proc)  # the process itself: NoSuchProcess propagates
+    for child in children:
         try:
-            with p.oneshot():
-                rss += p.memory_info().rss
-                try:
-                    fds += p.num_fds()
-                except psutil.AccessDenied:
-                    readable = False  # another user's process (a container's): RSS only
+            c_rss, c_fds, c_readable = _figures(child)
         except psutil.NoSuchProcess:
             continue  # a child that exited between the listing and the read
+        rss, fds, readable = rss + c_rss, fds + c_fds, readable and c_readable
     return rss, fds if readable else None
+
+
+def _figures(p: psutil.Process) -> tuple[int, int, bool]:
+    with p.oneshot():
+        rss = p.memory_info().rss
+        try:
+            return rss, p.num_fds(), True
+        except psutil.AccessDenied:
+            return rss, 0, False  # another user's process (a container's): RSS only
 
 
 class ProcessSampler:
@@ -76,6 +83,7 @@ class ProcessSampler:
         self._thread: threading.Thread | None = None
         self._run: RunView | None = None
         self._procs: dict[str, psutil.Process] = {}
+        self._known: set[str] = set()
 
     def start(self, run: RunView) -> None:
         self._run = run
@@ -83,7 +91,8 @@ class ProcessSampler:
         self._real = max(MIN_REAL_INTERVAL, run.clock.wall(self.interval))
         self._names = component_names(run)
         self._resolve()
-        without = sorted(set(self._names) - set(self._procs))
+        self._known = set(self._procs)  # components with a PID of their own
+        without = sorted(set(self._names) - self._known)
         run.event(
             EventKind.PROCS_STARTED,
             f"{len(self._procs)} components every {self.interval:g}s",
@@ -121,7 +130,8 @@ class ProcessSampler:
         run = self._run
         if run is None:
             return
-        if self._stale.is_set():
+        # A component that had a PID and lost it (restarting) is looked up every round.
+        if self._stale.is_set() or self._known - set(self._procs):
             self._stale.clear()
             self._resolve()
         samples: list[Sample] = []
