@@ -6,7 +6,11 @@ profile, preflight file or option, 3 interrupted, 4 the stack or a check broke.
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Annotated
 
 import typer
@@ -57,20 +61,37 @@ def preflight(  # noqa: PLR0917 - typer options, never called positionally
 ) -> None:
     """Check a stack before a game day: interface, logs, resources, configuration."""
     check_driver(driver)
-    outcome = run_preflight(
-        PreflightOptions(
-            profile=profile,
-            base_dir=Path.cwd(),
-            report_dir=report_dir,
-            driver=driver,
-            driver_config=driver_config,
-            policy=policy,
-            config=config,
-            state_dir=state_dir,
+    with _sigterm_interrupts():
+        outcome = run_preflight(
+            PreflightOptions(
+                profile=profile,
+                base_dir=Path.cwd(),
+                report_dir=report_dir,
+                driver=driver,
+                driver_config=driver_config,
+                policy=policy,
+                config=config,
+                state_dir=state_dir,
+            )
         )
-    )
     summarize(outcome)
     raise typer.Exit(VERDICT_EXIT[outcome.journal.verdict])
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM as Ctrl-C while the preflight runs: the stack it started is stopped, the
+    journal written (exit 3), instead of the harness dying with its stack still up."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, old)  # a second one is not caught
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def summarize(outcome: PreflightOutcome) -> None:

@@ -116,6 +116,9 @@ class PreflightSpec(_Strict):
         default=0.95, gt=0, le=1, description="DCGM framebuffer used / total"
     )
     max_gpu_util: float = Field(default=100.0, gt=0, le=100, description="DCGM GPU_UTIL, %")
+    max_gpu_bandwidth_util: float = Field(
+        default=100.0, gt=0, le=100, description="DCGM MEM_COPY_UTIL (memory bandwidth), %"
+    )
     max_rss_mib: int = Field(default=4096, ge=1, description="per component (its process tree)")
     max_fd_share: float = Field(
         default=0.5, gt=0, le=1, description="open descriptors / the process' soft limit"

@@ -22,6 +22,7 @@ from faultday.preflight.config import agent_max_tokens
 LLM_TYPES = ("llmsim", "vllm")
 KV_METRIC = "vllm:kv_cache_usage_perc"
 FB_USED, FB_FREE, GPU_UTIL = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_GPU_UTIL"
+MEM_COPY_UTIL = "DCGM_FI_DEV_MEM_COPY_UTIL"  # memory bandwidth in use, %
 DEFAULT_MAX_TOKENS = 256  # what the workload asks for when neither spec nor policy says
 PROBE_TIMEOUT = 60.0  # the KV probe's requests, all together
 POLL_S = 0.05
@@ -226,7 +227,8 @@ def _gpu_checks(subject: Subject) -> list[JournalCheck]:
                 seen.add(gpu)
                 free = next((v for lb, v in m.get(FB_FREE, []) if lb == labels), None)
                 util = next((v for lb, v in m.get(GPU_UTIL, []) if lb == labels), None)
-                out.extend(_gpu_one(subject, comp, used=used, free=free, util=util))
+                bw = next((v for lb, v in m.get(MEM_COPY_UTIL, []) if lb == labels), None)
+                out.extend(_gpu_one(subject, comp, used=used, free=free, util=util, bw=bw))
     if not out:
         out.append(
             check(
@@ -247,6 +249,7 @@ def _gpu_one(
     used: float,
     free: float | None,
     util: float | None,
+    bw: float | None,
 ) -> list[JournalCheck]:
     max_used, max_util = subject.spec.max_gpu_memory_used, subject.spec.max_gpu_util
     label = f"{comp.name}: GPU"
@@ -272,6 +275,18 @@ def _gpu_one(
                 ok=util <= max_util,
                 expected=f"≤ {max_util:g} %",
                 observed=f"{util:g} %",
+            )
+        )
+    if bw is not None:
+        limit = subject.spec.max_gpu_bandwidth_util
+        out.append(
+            check(
+                Area.RESOURCES,
+                "gpu_bandwidth",
+                f"{label} memory bandwidth",
+                ok=bw <= limit,
+                expected=f"≤ {limit:g} % in use",
+                observed=f"{bw:g} %",
             )
         )
     return out
