@@ -40,6 +40,7 @@ from faultday.core.targets import Revert
 from faultday.core.timebase import TimeBase
 from faultday.core.vocab import EventKind
 from faultday.errors import FaultdayError
+from faultday.load.answers import write_answers
 from faultday.load.runner import (
     WORKERS_TIMEOUT,
     LoadError,
@@ -360,6 +361,8 @@ class KubernetesLoad:
             errors += self._delete()
             if self.sink is not None:
                 self.sink.stop()
+            if self._run is not None:
+                write_answers(self._run)  # the pods' quoted answers, as a local load writes them
             self._report(errors)
 
     # ---- the end of the load -------------------------------------------------------------
