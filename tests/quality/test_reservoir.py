@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from faultday.core import records
 from faultday.core.records import AnswerLabel, Observations
 from faultday.core.scenario import Scenario
 from faultday.load.quality import Reservoir, first_bytes
@@ -111,3 +112,28 @@ def test_slot_edges_are_the_bounds_of_the_windows() -> None:
         }
     )
     assert answer_edges(sc.spec) == (0.0, 30.0, 80.0, 120.0)
+
+
+def test_made_up_keys_cannot_grow_the_store_past_its_backstop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(records, "MAX_ANSWER_SAMPLES", 10)
+    obs = Observations()
+    lines = [
+        {
+            "ts": 1000.0 + k,
+            "d": 0.1,
+            "ok": True,
+            "s": 200,
+            "n": "rag",
+            "q": "ok",
+            "qa": f"a{k}",
+            "qk": [0, 0, k],
+        }
+        for k in range(25)
+    ]
+    obs.add_requests(to_record(ev, float(k)) for k, ev in enumerate(lines))
+    assert len(obs.requests) == 25 and len(obs.answers) == 10
+    # A known key is still replaced: the reservoir's own replacements always land.
+    obs.add_requests([to_record({**lines[0], "qa": "newer"}, 30.0)])
+    assert obs.answers[(0, 0, 0)].text == "newer" and len(obs.answers) == 10

@@ -28,6 +28,9 @@ class AnswerLabel(StrEnum):
 
 
 ANSWERS_NAME = "answers.jsonl"  # the sampled answers of a run, one JSON object a line
+# A backstop: the load's reservoirs keep far fewer (cap × slots × processes); a line with a
+# made-up key beyond this many is dropped rather than grow the harness' memory.
+MAX_ANSWER_SAMPLES = 50_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +130,9 @@ class Observations:
             for rec in records:
                 if rec.sample is not None:
                     # The text goes to its reservoir slot; the record keeps its label only.
-                    self.answers[rec.sample.key] = rec.sample
+                    key = rec.sample.key
+                    if key in self.answers or len(self.answers) < MAX_ANSWER_SAMPLES:
+                        self.answers[key] = rec.sample
                     rec = dataclasses.replace(rec, sample=None)  # noqa: PLW2901
                 # Records usually arrive in order; insort keeps windows cheap to slice.
                 if self.requests and rec.t < self.requests[-1].t:
