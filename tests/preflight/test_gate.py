@@ -90,6 +90,7 @@ spec: {{max_prompt_tokens: {prompt}, max_tokens: 16, concurrency: 2}}
 """
 
 
+@pytest.mark.slow  # a pytest session in a subprocess, starting its own stack: 6 s each
 @pytest.mark.parametrize(("prompt", "outcome"), [(32, "passed"), (4000, "failed")])
 def test_a_preflight_file_is_a_pytest_item(
     pytester: pytest.Pytester, prompt: int, outcome: str

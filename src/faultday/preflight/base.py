@@ -14,6 +14,7 @@ from faultday.core.profile import StackProfile
 from faultday.core.stackinfo import ComponentInfo, StackInfo
 from faultday.core.vocab import Section, Verdict
 from faultday.core.yamlpos import Document, PathKey, dotted, parse_file
+from faultday.errors import ScenarioError
 
 
 class Area(StrEnum):
@@ -47,7 +48,7 @@ class Subject:
             return None
         try:
             return parse_file(Path(self.profile.source))
-        except Exception:  # noqa: BLE001 - positions are a nicety; the check still runs
+        except ScenarioError:  # positions are a nicety; the check still says the field
             return None
 
     def where_in_profile(self, path: PathKey) -> str:

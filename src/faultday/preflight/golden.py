@@ -103,7 +103,7 @@ def _one(subject: Subject, http: httpx.Client, p: Planned, models: dict[str, str
         else:
             took, answer = _http(http, comp, req, fill)
             problem = _judge(req.expect, answer, fill)
-    except (httpx.HTTPError, OSError, ValueError) as exc:
+    except (httpx.HTTPError, OSError, ValueError, LookupError) as exc:
         return check(
             Area.INTERFACE,
             "golden",

@@ -21,6 +21,7 @@ from faultday.preflight.config import agent_max_tokens
 
 LLM_TYPES = ("llmsim", "vllm")
 KV_METRIC = "vllm:kv_cache_usage_perc"
+KV_METRIC_OLD = "vllm:gpu_cache_usage_perc"  # its name before vLLM 0.10
 FB_USED, FB_FREE, GPU_UTIL = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_GPU_UTIL"
 MEM_COPY_UTIL = "DCGM_FI_DEV_MEM_COPY_UTIL"  # memory bandwidth in use, %
 DEFAULT_MAX_TOKENS = 256  # what the workload asks for when neither spec nor policy says
@@ -128,7 +129,8 @@ def _scrape(http: httpx.Client, url: str) -> dict[str, list[tuple[dict[str, str]
 
 
 def _kv_now(http: httpx.Client, url: str) -> float | None:
-    values = [v for _, v in _scrape(http, url).get(KV_METRIC, [])]
+    m = _scrape(http, url)
+    values = [v for _, v in m.get(KV_METRIC) or m.get(KV_METRIC_OLD, [])]
     return max(values) if values else None
 
 
