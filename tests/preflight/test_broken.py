@@ -84,7 +84,7 @@ def test_the_error_line_is_named_by_file_and_line(
     log = broken.stack.log_path("llm-backup")
     line = line_of(log, "ERROR")
     assert f"{log}:{line}: ERROR" in c.message
-    assert c.observed == "1 lines"
+    assert c.observed == "1 line"
 
 
 def test_the_command_exits_1_and_prints_each_place(broken: Running, tmp_path: Path) -> None:

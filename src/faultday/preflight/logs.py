@@ -117,7 +117,7 @@ def _errors_check(comp: ComponentInfo, errors: list[Hit], n: int) -> JournalChec
         f"{comp.name}: error-level lines",
         ok=not errors,
         expected="none",
-        observed=f"{len(errors)} lines",
+        observed=f"{len(errors)} line" + ("" if len(errors) == 1 else "s"),
         where=where + more,
         n=n,
     )
