@@ -80,10 +80,18 @@ def test_http_load_streams_every_request_and_stops_by_pid(tmp_path: Path, ok_ser
 
 
 def test_max_requests_bounds_the_load(tmp_path: Path, ok_server: str) -> None:
-    sc = scenario("3s", warmup="0s", workload="http", users=4, spawn_rate=100, max_requests=40)
+    sc = scenario("30s", warmup="0s", workload="http", users=4, spawn_rate=100, max_requests=40)
     run = StandaloneRun(sc, tmp_path, {"agent": ok_server})
-    drive(run, [LocustLoad(sc.spec.load)], seconds=2.0)
-    assert 1 <= len(run.observations.requests) <= 40
+    load = LocustLoad(sc.spec.load)
+    load.start(run)
+    try:
+        run.clock.start()
+        # Locust takes 1-4 s to start on a busy machine: wait for the cap, not for a time.
+        wait_for(lambda: len(run.observations.requests) >= 40, 25.0, "40 requests")
+        time.sleep(0.5)  # room for a 41st, which must never come
+    finally:
+        load.stop()
+    assert len(run.observations.requests) == 40
 
 
 def test_sse_stream_records_ttft_and_inter_token_latency(tmp_path: Path, llmsim: str) -> None:

@@ -15,8 +15,6 @@ from faultday.core.scenario import Scenario
 from faultday.load.runner import LoadOptions, LocustLoad
 from faultday.load.standalone import StandaloneRun
 
-pytest_plugins = ["tests.load.conftest"]
-
 
 def scenario(**load: object) -> Scenario:
     return Scenario.model_validate(

@@ -141,8 +141,12 @@ def _parse_sse(resp: Any, start: float, out: dict[str, Any]) -> Streamed:
             now = time.perf_counter()
             if '"error"' in data:
                 seen.error = data[:200]
-            _answer_piece(data, seen)
-            if not _has_token(data):
+            try:
+                obj: Any = json.loads(data)  # once per event: the token and the answer's text
+            except ValueError:
+                obj = None
+            _answer_piece(obj, seen)
+            if not _has_token(data, obj):
                 continue
             tokens += 1
             if last is None:
@@ -155,11 +159,7 @@ def _parse_sse(resp: Any, start: float, out: dict[str, Any]) -> Streamed:
     return seen
 
 
-def _answer_piece(data: str, seen: Streamed) -> None:
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        return
+def _answer_piece(obj: Any, seen: Streamed) -> None:
     if len(seen.text) < READ_LIMIT:
         seen.text += chunk_text(obj)
     seen.finished = seen.finished or stream_finished(obj)
@@ -171,11 +171,11 @@ def _timed_out(error: object) -> bool:
     return isinstance(error, TimeoutError) or "timeout" in name or "timed out" in str(error)
 
 
-def _has_token(data: str) -> bool:
-    """An OpenAI-style chunk with content (role-only and usage-only chunks carry no token)."""
-    try:
-        obj = json.loads(data)
-    except ValueError:
+def _has_token(data: str, obj: Any) -> bool:
+    """An OpenAI-style chunk with content (role-only and usage-only chunks carry no token).
+
+    ``obj`` is ``data`` parsed as JSON (None when it is not JSON: any text is a token)."""
+    if obj is None:
         return bool(data)
     if not isinstance(obj, dict):
         return True
