@@ -77,4 +77,4 @@ def no_leftovers(tmp_path: Path) -> Iterator[None]:
 
 
 # Scenario files used as test data are not themselves test items of this suite.
-collect_ignore_glob = ["engine/data/*", "scenario/broken/*"]
+collect_ignore_glob = ["engine/data/*", "scenario/broken/*", "soak/data/*"]
