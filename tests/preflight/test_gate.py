@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from faultday.core.journal import RunVerdict
+from faultday.core.vocab import Verdict
 from faultday.gameday import run_gameday
+from faultday.preflight.runner import PreflightOptions, run_preflight
 from faultday.report.gameday import read_gameday
 
 pytest_plugins = ["pytester"]
@@ -103,3 +105,33 @@ def test_a_preflight_file_is_a_pytest_item(
     result.assert_outcomes(**{outcome: 1})
     if outcome == "failed":
         result.stdout.fnmatch_lines(["*llm: max_model_len*expected ≥ 4016*observed 1024*"])
+
+
+def test_kv_cache_headroom_fails_when_the_target_concurrency_fills_the_cache(
+    tmp_path: Path,
+) -> None:
+    # 64 blocks of 16 tokens (1024); 4 requests of 200 + 64 tokens want 1056: the cache fills.
+    (tmp_path / "one-llm.yaml").write_text(
+        PROFILE.format(mlen=8192).replace(
+            '"--max-model-len"', '"--num-gpu-blocks", "64", "--block-size", "16", "--max-model-len"'
+        )
+    )
+    f = tmp_path / "kv.preflight.yaml"
+    f.write_text(
+        "apiVersion: faultday/v1\nkind: Preflight\n"
+        "spec: {concurrency: 4, max_prompt_tokens: 200, max_tokens: 64}\n"
+    )
+    outcome = run_preflight(
+        PreflightOptions(
+            profile=str(tmp_path / "one-llm.yaml"),
+            base_dir=tmp_path,
+            report_dir=tmp_path / "r",
+            config=f,
+        )
+    )
+    (kv,) = [c for c in outcome.journal.checks if c.check == "kv_cache"]
+    assert kv.verdict == Verdict.FAILED, kv
+    assert kv.label == "llm: KV cache at 4 concurrent requests"
+    peak = float(kv.observed.split()[1].rstrip("%")) / 100
+    assert 0.8 < peak <= 1.0
+    assert outcome.journal.verdict == RunVerdict.FAILED

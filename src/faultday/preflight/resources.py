@@ -178,13 +178,15 @@ def _kv_probe(comp: ComponentInfo, *, n: int, prompt: int, max_tokens: int) -> t
     done = threading.Event()
     failures: list[str] = []
     # Single-letter words are one token each to the simulator and close to it for real
-    # tokenizers; the count is what the workload sends, not an exact fit.
-    text = ("a " * prompt).strip()
+    # tokenizers; the count is what the workload sends, not an exact fit. Each prompt
+    # starts with its own word: the workload's prompts differ, and identical ones would
+    # share their blocks through prefix caching and show headroom that is not there.
+    filler = " a" * (prompt - 1)
 
-    def one(http: httpx.Client, model: str) -> None:
+    def one(http: httpx.Client, model: str, i: int) -> None:
         body = {
             "model": model,
-            "prompt": text,
+            "prompt": f"r{i}{filler}",
             "max_tokens": max_tokens,
             "min_tokens": max_tokens,  # hold every sequence to its full length
             "ignore_eos": True,
@@ -204,7 +206,7 @@ def _kv_probe(comp: ComponentInfo, *, n: int, prompt: int, max_tokens: int) -> t
             return peak, f"cannot list its models: {exc}"
         peak.see(_kv_now(http, comp.url))
         with ThreadPoolExecutor(max_workers=n, thread_name_prefix="kv-req") as pool:
-            futures = [pool.submit(one, http, model) for _ in range(n)]
+            futures = [pool.submit(one, http, model, i) for i in range(n)]
             deadline = time.monotonic() + PROBE_TIMEOUT
             while not all(f.done() for f in futures) and time.monotonic() < deadline:
                 peak.see(_kv_now(http, comp.url))
