@@ -11,11 +11,18 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from pydantic import BaseModel
 from tests.proxy.conftest import EchoServer, free_port
 
 from faultday.proxy import ProxyServer
 from faultday.proxy.api import MAX_BODY, MAX_DEPTH
-from faultday.proxy.models import HttpErrorAttrs
+from faultday.proxy.models import (
+    ATTRS,
+    HttpErrorAttrs,
+    LatencyAttrs,
+    StreamCutAttrs,
+    dump_attributes,
+)
 
 JSON = {"Content-Type": "application/json"}
 
@@ -394,3 +401,17 @@ def test_request_ids_are_xids(api: httpx.Client) -> None:
     assert raw_ids[0][7:9] == (os.getpid() & 0xFFFF).to_bytes(2, "big")  # the server's, in-process
     counts = [int.from_bytes(r[9:], "big") for r in raw_ids]
     assert [(c - counts[0]) % (1 << 24) for c in counts] == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [model() for model in ATTRS.values()]
+    + [
+        LatencyAttrs(latency=5, jitter=2),
+        HttpErrorAttrs(status=500, body="é", content_type="text/plain; charset=utf-8", rate=0.5),
+        StreamCutAttrs(after_events=3, mode="close"),
+    ],
+    ids=lambda m: type(m).__name__,
+)
+def test_attributes_are_dumped_as_model_dump_would(attrs: BaseModel) -> None:
+    assert dump_attributes(attrs) == attrs.model_dump(mode="json")

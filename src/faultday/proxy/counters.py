@@ -74,6 +74,10 @@ class LiveCounters:
     def acted(self, toxic_type: str) -> None:
         self.toxic_actions[toxic_type] = self.toxic_actions.get(toxic_type, 0) + 1
 
+    def open(self) -> int:
+        """Connections open now, in Python and in the native relay (none: nothing to take back)."""
+        return self.connections_active - (self.native[4] if self.native is not None else 0)
+
     def snapshot(self, proxy: str) -> ProxyCounters:
         # Readers in other threads: ints and dict copies are atomic under the GIL,
         # so a snapshot is consistent per field without locking the hot path.

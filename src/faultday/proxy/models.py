@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
+
+M = TypeVar("M", bound=BaseModel)
 
 TOXIPROXY_VERSION = "2.12.0"
 DEFAULT_LISTEN = "127.0.0.1:0"
@@ -156,7 +158,7 @@ class ToxicSpec(_Lenient):
         return self.name or f"{self.type}_{self.stream.value}"
 
     def parsed_attributes(self) -> BaseModel:
-        return ATTRS[self.type].model_validate(self.attributes or {})
+        return validate(ATTRS[self.type], self.attributes or {})
 
 
 class ProxySpec(_Lenient):
@@ -188,6 +190,21 @@ def split_hostport(value: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or int(port) > 65535:
         raise ValueError(f"{value!r} is not host:port")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def validate(model: type[M], data: object) -> M:
+    """``model.model_validate(data)``, straight to pydantic-core (half the time per call)."""
+    return model.__pydantic_validator__.validate_python(data)  # type: ignore[no-any-return]
+
+
+def dump_attributes(attrs: BaseModel) -> dict[str, JsonValue]:
+    """A toxic's attributes as JSON values: ``attrs.model_dump(mode="json")``, by its serializer.
+
+    Straight to pydantic-core: ``model_dump`` spends ~2 µs in Python on its options
+    first, on every toxic the API answers with.
+    """
+    dumped: dict[str, JsonValue] = attrs.__pydantic_serializer__.to_python(attrs, mode="json")
+    return dumped
 
 
 def validation_message(exc: ValidationError) -> str:

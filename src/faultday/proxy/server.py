@@ -330,7 +330,7 @@ class Proxy:
         old.set_result(None)
         for conn in list(self.connections):
             conn.toxics_changed()
-        if self.toxics or self.native_conns:
+        if self.native_conns or (self.toxics and self.counters.open()):
             # Each connection is handed over again with the new toxics, or kept in Python.
             self._retake_native()
 

@@ -19,6 +19,7 @@ from faultday.proxy.models import (
     Stream,
     TimeoutAttrs,
     ToxicSpec,
+    dump_attributes,
 )
 from faultday.proxy.native import Timing
 
@@ -72,13 +73,12 @@ class Toxic:
         return True
 
     def to_json(self) -> dict[str, JsonValue]:
-        attrs: dict[str, JsonValue] = self.attrs.model_dump(mode="json")
         return {
             "name": self.name,
             "type": self.type,
             "stream": self.stream.value,
             "toxicity": self.toxicity,
-            "attributes": attrs,
+            "attributes": dump_attributes(self.attrs),
         }
 
 
