@@ -34,6 +34,7 @@ class Subject:
     info: StackInfo
     spec: PreflightSpec
     base_dir: Path
+    folder: Path  # the preflight's own folder (a log command's output is saved there)
 
     def components(self, *types: str) -> list[ComponentInfo]:
         return [c for c in self.info.components if not types or c.type in types]

@@ -10,6 +10,8 @@ Triton's glog (``E1202 10:00:00.123 1 file.cc:12]``), Qdrant's tracing
 from __future__ import annotations
 
 import re
+import shlex
+import subprocess
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,22 +47,48 @@ class Hit:
     text: str
 
 
+# Drivers whose stack runs elsewhere name a component's log by the command that prints it
+# (docker: `docker logs NAME`, kubernetes: `kubectl logs -n NS deploy/X`).
+LOG_COMMANDS = frozenset({"docker", "kubectl"})
+LOG_COMMAND_TIMEOUT = 30.0
+
+
 def scan_logs(subject: Subject, rules: tuple[LogRule, ...]) -> list[JournalCheck]:
     out: list[JournalCheck] = []
     for comp in subject.components():
-        if not comp.log or not Path(comp.log).is_file():
-            out.append(
-                check(
-                    Area.LOGS,
-                    "log_errors",
-                    f"{comp.name}: log",
-                    ok=None,
-                    message=f"no log file to read ({comp.log or 'none given'})",
-                )
-            )
+        path, why = log_file(comp, folder=subject.folder, max_bytes=subject.spec.log_max_bytes)
+        if path is None:
+            out.append(check(Area.LOGS, "log_errors", f"{comp.name}: log", ok=None, message=why))
             continue
-        out.extend(scan_log(comp, rules, subject.spec.log_max_bytes, subject.spec.log_repeats))
+        spec = subject.spec
+        out.extend(scan_log(comp, rules, spec.log_max_bytes, spec.log_repeats, path=path))
     return out
+
+
+def log_file(comp: ComponentInfo, *, folder: Path, max_bytes: int) -> tuple[Path | None, str]:
+    """The file to read for ``comp``: its own, or its log command's output saved in the
+    preflight's folder (so a finding's ``file:line`` can be opened); else why there is none."""
+    if comp.log and Path(comp.log).is_file():
+        return Path(comp.log), ""
+    argv = shlex.split(comp.log) if comp.log else []
+    if not argv or argv[0] not in LOG_COMMANDS:
+        return None, f"no log file to read ({comp.log or 'none given'})"
+    try:
+        done = subprocess.run(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,  # a container's stderr is its log too
+            timeout=LOG_COMMAND_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"{comp.log}: {exc}"
+    if done.returncode != 0:
+        return None, f"{comp.log} exited {done.returncode}: {done.stdout[-300:]!r}"
+    saved = folder / "logs" / f"{comp.name}.log"
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    saved.write_bytes(done.stdout[-max_bytes:])
+    return saved, ""
 
 
 def _read_tail(path: Path, max_bytes: int) -> tuple[int, list[str]]:
@@ -86,9 +114,15 @@ def _read_tail(path: Path, max_bytes: int) -> tuple[int, list[str]]:
 
 
 def scan_log(
-    comp: ComponentInfo, rules: tuple[LogRule, ...], max_bytes: int, repeats: int
+    comp: ComponentInfo,
+    rules: tuple[LogRule, ...],
+    max_bytes: int,
+    repeats: int,
+    *,
+    path: Path | None = None,
 ) -> list[JournalCheck]:
-    path = Path(comp.log)
+    """Error lines and repeated retries/timeouts in ``path`` (default: ``comp.log``)."""
+    path = path or Path(comp.log)
     first, lines = _read_tail(path, max_bytes)
     ignore = [re.compile(r.pattern) for r in rules if r.component in (None, comp.name)]
     errors: list[Hit] = []

@@ -115,7 +115,9 @@ def run_preflight(
             )
             own.up()
             info = own.describe()
-        subject = Subject(profile=profile, info=info, spec=spec, base_dir=options.base_dir)
+        subject = Subject(
+            profile=profile, info=info, spec=spec, base_dir=options.base_dir, folder=folder
+        )
         journal.stack = info.model_dump(mode="json")
         journal.checks = run_checks(subject)
         journal.verdict, journal.reason = _verdict(journal.checks)
