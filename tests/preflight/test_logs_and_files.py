@@ -152,3 +152,12 @@ def test_a_log_command_that_is_not_docker_or_kubectl_is_not_run(tmp_path: Path) 
     comp = _comp(tmp_path / "none.log").model_copy(update={"log": "rm -rf /"})
     path, why = log_file(comp, folder=tmp_path, max_bytes=1024)
     assert path is None and "no log file to read (rm -rf /)" in why
+
+
+def test_a_state_dir_without_a_stack_exits_2_and_writes_nothing(tmp_path: Path) -> None:
+    r = faultday(
+        "preflight", "--state-dir", str(tmp_path / "none"), "--report-dir", str(tmp_path / "r")
+    )
+    assert r.returncode == 2, r.stderr
+    assert "no state.json" in r.stderr
+    assert not (tmp_path / "r").exists()

@@ -92,6 +92,8 @@ def run_preflight(
     ``faultday stack up`` runs, or on one started for it and stopped after."""
     profile = load_profile(options.profile, base_dir=options.base_dir)
     spec = settings_for(options, profile)  # a bad file fails here, before any stack starts
+    # A wrong --state-dir is a UsageError before any folder exists.
+    running = _running(options, profile) if stack is None else None
     folder = folder or new_folder(options.report_dir)
     journal = _journal(folder, profile)
     journal.write(folder)
@@ -99,7 +101,7 @@ def run_preflight(
     try:
         if stack is not None:
             info = stack.describe()
-        elif (running := _running(options, profile)) is not None:
+        elif running is not None:
             info = running
             log.info("preflight on the running stack in %s", info.run_dir)
         else:
@@ -123,9 +125,9 @@ def run_preflight(
         journal.verdict, journal.reason = _verdict(journal.checks)
     except KeyboardInterrupt:
         journal.verdict, journal.reason = RunVerdict.ABORTED, "interrupted"
+    except UsageError:
+        raise  # a bad --driver-config: exit 2, like `faultday run`
     except FaultdayError as exc:
-        if isinstance(exc, UsageError):
-            raise
         journal.verdict, journal.reason = RunVerdict.ERROR, f"{type(exc).__name__}: {exc}"
         journal.errors.append(journal.reason)
     finally:
