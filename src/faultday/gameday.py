@@ -174,7 +174,10 @@ def _preflight(
     first = suite[0]
     spec = first.scenario.spec
     options = PreflightOptions(
-        profile=stack_ref(spec.stack, first.file), base_dir=base, policy=spec.policy
+        profile=stack_ref(spec.stack, first.file),
+        base_dir=base,
+        policy=spec.policy,
+        look_for_running=False,  # the stack the scenarios run on, not one `stack up` left
     )
     where = folder / PREFLIGHT_DIR
     where.mkdir()

@@ -51,6 +51,7 @@ class PreflightOptions:
     policy: str | None = None
     config: Path | None = None  # a preflight file (kind: Preflight); else the profile's
     state_dir: Path | None = None  # a stack `faultday stack up` started; None: look, else start
+    look_for_running: bool = True  # False: a fresh stack even if `stack up` runs one (game day)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +213,8 @@ def _journal(folder: Path, profile: StackProfile) -> Journal:
 
 def _running(options: PreflightOptions, profile: StackProfile) -> StackInfo | None:
     """The stack `faultday stack up` started for this profile, if every process still runs."""
+    if options.state_dir is None and not options.look_for_running:
+        return None
     folder = options.state_dir or options.base_dir / STATE_ROOT / profile.name
     f = folder / STATE_FILE
     if not f.is_file():
