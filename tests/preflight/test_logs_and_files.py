@@ -161,3 +161,19 @@ def test_a_state_dir_without_a_stack_exits_2_and_writes_nothing(tmp_path: Path) 
     assert r.returncode == 2, r.stderr
     assert "no state.json" in r.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_a_stack_that_does_not_start_exits_4_with_its_journal(tmp_path: Path) -> None:
+    profile = tmp_path / "dead.yaml"
+    profile.write_text(
+        "apiVersion: faultday/v1\nkind: StackProfile\nmetadata: {name: dead}\n"
+        "spec:\n  proxy: null\n  components:\n    dead:\n      type: command\n"
+        '      command: ["{python}", "-c", "import sys; sys.exit(3)"]\n'
+        "      ready: {kind: tcp, timeout: 10s}\n"
+    )
+    r = faultday("preflight", "--profile", str(profile), "--report-dir", str(tmp_path / "r"))
+    assert r.returncode == 4, r.stderr
+    assert "PREFLIGHT ERROR" in r.stderr
+    (run,) = (tmp_path / "r").glob("preflight-*")
+    assert '"verdict": "error"' in (run / "journal.json").read_text()
+    assert (run / "report.html").is_file()
