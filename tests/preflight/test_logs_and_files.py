@@ -92,12 +92,16 @@ def test_a_bad_preflight_file_exits_2_naming_file_line_and_field(tmp_path: Path)
         "  concurrency: lots\n"
         "  golden:\n"
         "    - {name: x, component: agent, methd: GET}\n"
+        "  log_ignore:\n"
+        "    - {pattern: 'unclosed (', why: a typo}\n"
     )
     r = faultday("preflight", "--config", str(f), "--report-dir", str(tmp_path / "r"))
     assert r.returncode == 2, r.stderr
     err = " ".join(r.stderr.split())
     assert f"{f}:4:" in err and "spec.concurrency" in err
     assert f"{f}:6:" in err and "spec.golden[0].methd" in err and "did you mean 'method'" in err
+    assert f"{f}:8:" in err and "spec.log_ignore[0].pattern" in err
+    assert "not a regular expression" in err
     assert not (tmp_path / "r").exists(), "nothing started, no folder written"
 
 

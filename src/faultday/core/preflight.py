@@ -12,11 +12,12 @@ Strings in a golden request (path, body, expectations) are templates:
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from faultday.core.types import Duration
 from faultday.core.yamlpos import parse_file, validation_problems
@@ -25,6 +26,18 @@ from faultday.errors import ScenarioError
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _compiles(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from exc
+    return value
+
+
+Regex = Annotated[str, AfterValidator(_compiles)]
 
 
 class Protocol(StrEnum):
@@ -45,7 +58,7 @@ class Expect(_Strict):
     contains: tuple[str, ...] = Field(
         default=(), description="each appears in the text (a list: is one of its items)"
     )
-    regex: str | None = Field(default=None, description="re.search must find it in the text")
+    regex: Regex | None = Field(default=None, description="re.search must find it in the text")
     json_schema: dict[str, JsonValue] | None = Field(
         default=None,
         description="the value (a string holding JSON is parsed first: tool-call arguments) "
@@ -79,7 +92,7 @@ class GoldenRequest(_Strict):
 class LogRule(_Strict):
     """A log line that is not a finding, and why (a known-benign message)."""
 
-    pattern: str = Field(description="regular expression, searched in the line")
+    pattern: Regex = Field(description="regular expression, searched in the line")
     why: str = Field(min_length=1, description="why this line is harmless")
     component: str | None = Field(default=None, description="only in this component's log")
 
@@ -96,7 +109,9 @@ class PreflightSpec(_Strict):
 
     defaults: bool = Field(default=True, description="run golden.yaml's requests per type")
     golden: tuple[GoldenRequest, ...] = Field(
-        default=(), description="more golden requests; one named like a default replaces it"
+        default=(),
+        max_length=200,
+        description="more golden requests; one named like a default replaces it",
     )
     skip: tuple[str, ...] = Field(default=(), description="golden requests to leave out (name)")
     concurrency: int = Field(default=8, ge=1, le=256, description="the target concurrency")
@@ -126,7 +141,9 @@ class PreflightSpec(_Strict):
     log_repeats: int = Field(
         default=3, ge=2, description="a retry/timeout message this often is a finding"
     )
-    log_ignore: tuple[LogRule, ...] = Field(default=(), description="more benign log lines")
+    log_ignore: tuple[LogRule, ...] = Field(
+        default=(), max_length=200, description="more benign log lines"
+    )
     lint_accept: tuple[LintAccept, ...] = Field(
         default=(), description="agent-policy lint errors accepted for this stack"
     )
