@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from tests.proxy.conftest import EchoServer, free_port
 
 from faultday.proxy import ProxyServer
-from faultday.proxy.api import MAX_BODY, MAX_DEPTH
+from faultday.proxy.api import MAX_BODY, MAX_DEPTH, decode_body
 from faultday.proxy.models import (
     ATTRS,
     HttpErrorAttrs,
@@ -415,3 +415,21 @@ def test_request_ids_are_xids(api: httpx.Client) -> None:
 )
 def test_attributes_are_dumped_as_model_dump_would(attrs: BaseModel) -> None:
     assert dump_attributes(attrs) == attrs.model_dump(mode="json")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"type": "latency", "attributes": {"latency": 5}}',
+        b'{"a": 1, "a": 2.0}',
+        b'"\\ud800"',  # an escaped lone surrogate: only the json module takes it
+        b"1e400",
+        b"123456789012345678901234567890",
+        b"[0.1, -0, 2.5e-3, 1.0]",
+        b'{"\xc3\xa9": "\\u00e9\\n\\t", "b": [true, false, null]}',
+        b" \r\n\t{}\n",
+    ],
+)
+def test_bodies_read_as_the_json_module_reads_them(body: bytes) -> None:
+    # repr: 1 and 1.0 are equal in Python, not in a toxic's attributes.
+    assert repr(decode_body(body)) == repr(json.loads(body.decode("utf-8")))
