@@ -882,11 +882,13 @@ def main() -> int:
         urls = {"faultday proxy": _start_faultday(stack)}
         if binary:
             urls["toxiproxy-server"] = _start_toxiproxy(stack, binary)
-        # Rounds alternate the servers (faultday, Toxiproxy, faultday, ...): drifting
-        # load on this shared machine hits both; each figure is the median of the rounds.
+        # Rounds alternate the servers, and which goes first (faultday, Toxiproxy;
+        # Toxiproxy, faultday; ...): drifting load on this shared machine hits both;
+        # each figure is the median of the rounds.
         runs: dict[str, list[dict[str, float]]] = {k: [] for k in urls}
-        for _ in range(max(1, args.repeat)):
-            for kind, url in urls.items():
+        for turn in range(max(1, args.repeat)):
+            order = list(urls.items())
+            for kind, url in order if turn % 2 == 0 else order[::-1]:
                 runs[kind].append(measure(kind, url, ports, args.quick, only))
         for kind, rounds in runs.items():
             results[kind] = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
@@ -918,7 +920,8 @@ def report(results: dict[str, dict[str, float]], *, quick: bool, real: bool) -> 
         f"Python {platform.python_version()}; every process at nice {NICE}. Echo/bulk "
         "servers, the proxy and the client are separate processes; direct and proxied "
         "samples are interleaved in 10 blocks; with --repeat N each figure is the median "
-        "of N whole runs, the servers alternated run by run (both are up throughout).",
+        "of N whole runs, the servers alternated run by run, each going first in every "
+        "other round (both are up throughout).",
         "",
     ]
     if not real:
