@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # pytest exit code 5 = "no tests collected": not a failure of the target.
 PYTEST_OK = rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
 
-.PHONY: demo test test-slow test-scenarios test-real test-docker images bench lint gameday setup sysdeps native clean
+.PHONY: demo test test-slow test-scenarios test-real test-docker images image-vllm bench lint gameday setup sysdeps native clean
 
 NATIVE_SRC := src/faultday/proxy/relay.c
 NATIVE := src/faultday/proxy/_relay.so
@@ -61,9 +61,12 @@ test-real: setup  ## real vLLM on CPU in its own virtualenv (CI runs it)
 images: setup  ## faultday's image (docker-build/); FAULTDAY_OFFLINE=1: from a Debian base built here
 	docker-build/build-images.sh
 
+image-vllm: setup  ## real vLLM on CPU with the tiny model (the docker-real profile's LLM; test-docker needs it)
+	docker-build/build-vllm-image.sh
+
 # A missing engine or image fails here (it only skips in a plain pytest run); build the
-# image first (`make images`: CI builds it once per run).
-test-docker: setup  ## the docker driver, its faults, compose and four library scenarios on a real engine
+# images first (`make images image-vllm`: CI builds them once per run).
+test-docker: setup  ## the docker driver, its faults, compose, four library scenarios, GPU faults on vLLM in a container
 	FAULTDAY_DOCKER_REQUIRED=1 $(PYTEST) -q -m docker -p no:cacheprovider tests/docker_engine
 
 bench: setup  ## benchmarks, each comparing against its baseline in one run; figures in bench/RESULTS.md

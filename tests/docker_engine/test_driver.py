@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from faultday.cluster.config import NAME_LABEL, PART_OF_LABEL, STACK_RUN_LABEL
-from faultday.cluster.docker import DockerStack
+from faultday.cluster.docker import HEALTH_INTERVAL_S, DockerStack
 from faultday.cluster.docker_faults import (
     ContainerKill,
     ContainerPause,
@@ -108,6 +108,8 @@ def test_every_component_runs_labelled_and_published_on_loopback_only(
         assert labels[STACK_RUN_LABEL] == run
         bindings = [b for v in c.attrs["NetworkSettings"]["Ports"].values() for b in v or []]
         assert bindings and {b["HostIp"] for b in bindings} == {"127.0.0.1"}
+        # Docker's own check is slow (each is a `docker exec`); the driver probes readiness.
+        assert c.attrs["Config"]["Healthcheck"]["Interval"] == HEALTH_INTERVAL_S * 10**9
     net = engine.networks.get(stack.network)
     assert net.attrs["Labels"][PART_OF_LABEL] == PART_OF
     eps = stack.endpoints()

@@ -18,9 +18,9 @@ from faultday.cluster.config import PART_OF_LABEL
 pytestmark = pytest.mark.docker
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = ["gpu-loss", "vector-store-outage", "tool-overload", "agent-crash"]
-# At 0.1 the baseline is 3 s of wall time: tool-overload's agent tasks on Docker numbered 8
-# there in a clean CI run (10 are needed to judge), so the containers get twice that.
-TIME_SCALE = "0.2"
+# As the issue asks. (tool-overload's baseline was 3 s of wall time at 0.1, which held
+# 8-12 agent tasks; its warm-up and baseline are now long enough: see that scenario.)
+TIME_SCALE = "0.1"
 
 
 @pytest.mark.timeout(900)

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from faultday.core.components import ProbeKind
-from faultday.core.profile import TEMPLATE_RE, StackProfile
+from faultday.core.profile import TEMPLATE_RE, RestartPolicy, StackProfile
 
 IMAGE_ENV = "FAULTDAY_IMAGE"
 DEFAULT_IMAGE = "faultday/faultday:latest"
@@ -46,6 +46,10 @@ _PORTS: dict[str, dict[str, int]] = {
     "agent": {"port": 8080},
 }
 _OTHER_PORT = 8080
+# /dev/shm for types that keep shared memory segments (docker's default is 64m):
+# PyTriton's data segments, and vLLM's message queues (~100 MB each, several a server).
+_SHM_SIZE = {"vllm": "1g"}
+_SHM_DEFAULT = "256m"
 _PROFILE_FILE = re.compile(r"\{profile_dir\}/([A-Za-z0-9_.-]+)")
 
 
@@ -66,6 +70,13 @@ def container_ports(profile: StackProfile, component: str) -> dict[str, int]:
             out[name] = spare
             spare += 1
     return out
+
+
+def restart_policy(profile: StackProfile, component: str) -> str:
+    """Docker's restart policy for a component: ``always`` where the profile says so (real
+    vLLM's API server exits 0 when its engine dies), else ``on-failure``."""
+    spec = profile.spec.components[component]
+    return "always" if spec.restart.policy == RestartPolicy.ALWAYS else "on-failure"
 
 
 def main_port(profile: StackProfile, component: str) -> int:
@@ -173,7 +184,7 @@ class _Render:
             "image": spec.image or self.image,
             "command": self.command(c),
             "environment": self.environment(c),
-            "restart": "on-failure",
+            "restart": restart_policy(self.p, c),
             "init": True,  # reaps what the service forks; passes signals on
             "ports": [f"127.0.0.1::{main_port(self.p, c)}"],
             # The component's folder on the host, as the process driver's work_dir: the
@@ -186,7 +197,7 @@ class _Render:
         if hc := self.healthcheck(c):
             svc["healthcheck"] = hc
         if self.p.ctype(c).shm_segments:
-            svc["shm_size"] = "256m"  # PyTriton's data segments; docker's default is 64m
+            svc["shm_size"] = _SHM_SIZE.get(spec.type, _SHM_DEFAULT)
         return svc
 
     def proxies(self) -> list[dict[str, Any]]:

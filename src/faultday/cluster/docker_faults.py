@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -95,21 +96,25 @@ def _client(d: ContainerData) -> Any:
         raise InjectionError(str(exc)) from exc
 
 
-def _await_running(c: Any, *, timeout: float) -> None:
-    """Until the container runs and (where it has a healthcheck) is healthy; bounded."""
+def _await_running(c: Any, *, timeout: float, answers: Callable[[], bool] | None = None) -> None:
+    """Until the container runs and (where it has a healthcheck) is healthy; bounded.
+
+    ``answers``: the live stack's own probe, which says so before Docker's next check.
+    """
     deadline = time.monotonic() + timeout
     while True:
         c.reload()
         state = c.attrs.get("State", {})
         health = (state.get("Health") or {}).get("Status")
-        if state.get("Running") and not state.get("Paused") and health in (None, "healthy"):
+        running = state.get("Running") and not state.get("Paused")
+        if running and (health in (None, "healthy") or (answers is not None and answers())):
             return
         if time.monotonic() >= deadline:
             raise InjectionError(f"{c.name} not running and healthy within {timeout:.0f}s")
         time.sleep(_POLL)
 
 
-def _ensure_running(d: ContainerData) -> None:
+def _ensure_running(d: ContainerData, *, answers: Callable[[], bool] | None = None) -> None:
     client = _client(d)
     try:
         c = _get(client, d)
@@ -121,7 +126,7 @@ def _ensure_running(d: ContainerData) -> None:
             _engine_call("unpause", c.unpause)
         elif not state.get("Running") and not state.get("Restarting"):
             _engine_call("start", c.start)
-        _await_running(c, timeout=d.timeout)
+        _await_running(c, timeout=d.timeout, answers=answers)
     finally:
         client.close()
 
@@ -139,7 +144,12 @@ class _RunningAgain(Injector[KillParams, ContainerData]):
         return self.record(target, fault=fault, action="start", data=data)
 
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
-        _ensure_running(self.data(revert))
+        stack = ctx.stack if ctx.live else None  # recover has none: Docker's health decides
+        if isinstance(stack, DockerStack):
+            name = revert.target
+            _ensure_running(self.data(revert), answers=lambda: stack.answers(name))
+        else:
+            _ensure_running(self.data(revert))
 
 
 class ContainerKill(_RunningAgain):

@@ -6,7 +6,10 @@ Two kinds of target:
   reproduces what vLLM does when its GPU fails;
 * ``vllm`` — a real server: ``gpu_loss`` SIGKILLs its ``VLLM::EngineCore``
   child (exactly what an Xid 79 does to it), ``gpu_hang`` SIGSTOPs that child
-  and SIGCONTs it at window end.
+  and SIGCONTs it at window end. The target's PID is the API server's under the
+  process driver, or the container's init under the docker driver on a local
+  engine: a container's processes are processes of this host too, so EngineCore
+  is found among its descendants and signalled here by its host PID.
 
 A lost GPU does not come back by itself: the revert of ``gpu_loss`` restarts the
 component through the stack driver (``ctx.restart``) and waits until it serves.
@@ -156,8 +159,9 @@ def _component_type(target: Target, allowed: frozenset[str]) -> str:
 def _engine_data(target: Target) -> dict[str, JsonValue]:
     if target.pid is None:
         raise InjectionError(
-            f"{target.name}: no pid (a real vLLM must run under the process "
-            "driver for its EngineCore to be found)"
+            f"{target.name}: no pid: a real vLLM's EngineCore is found among the processes "
+            "of this host (the process driver, or the docker driver on a local engine); "
+            "on a remote engine use container_kill or container_pause instead"
         )
     core = find_engine_core(target.pid)
     return {"mode": VLLM, "engine_pid": core.pid, "engine_create_time": core.create_time()}
