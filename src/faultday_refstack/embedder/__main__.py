@@ -7,6 +7,7 @@ FP32 [-1, dim]) from PyTriton's bundled tritonserver with dynamic batching.
 from __future__ import annotations
 
 import argparse
+import http.client
 import logging
 import os
 import signal
@@ -80,7 +81,11 @@ def _wait_for_server_ready(
         try:
             if client.is_server_ready(headers=headers) and client.is_server_live(headers=headers):
                 return
-        except (InferenceServerException, OSError):  # not listening yet, or starting
+        # Not listening yet (OSError), starting (InferenceServerException), or listening
+        # but closing the connection before its answer while it starts: tritonclient's
+        # geventhttpclient raises HTTPConnectionClosed, an http.client.HTTPException (seen
+        # once in a CI run: the component died of it instead of polling again).
+        except (InferenceServerException, OSError, http.client.HTTPException):
             pass
         if time.monotonic() >= deadline:
             raise PyTritonClientTimeoutError("Waiting for server to be ready timed out.")
