@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
-from tests.conftest import faultday, wait_for
+from tests.conftest import faultday
 
 from faultday.core.preflight import LogRule
 from faultday.core.stackinfo import ComponentInfo
@@ -109,47 +105,6 @@ def test_an_unknown_profile_exits_2(tmp_path: Path) -> None:
     r = faultday("preflight", "--profile", "nosuch", "--report-dir", str(tmp_path / "r"))
     assert r.returncode == 2
     assert "no stack profile named 'nosuch'" in r.stderr
-
-
-IMAGE = "faultday/base:bookworm"  # built by `make images` (docker-build/); any image with sh
-
-
-def _have_image() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    try:
-        r = subprocess.run(
-            ["docker", "image", "inspect", IMAGE], capture_output=True, timeout=20, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return r.returncode == 0
-
-
-@pytest.mark.skipif(not _have_image(), reason=f"needs docker and the image {IMAGE}")
-def test_a_containers_log_is_read_through_docker_logs_and_kept(tmp_path: Path) -> None:
-    name = f"faultday-preflight-logs-{os.getpid()}"
-    script = "echo 'INFO up'; echo 'ERROR disk is full' >&2; sleep 120"
-    subprocess.run(
-        ["docker", "run", "-d", "--rm", "--name", name, IMAGE, "sh", "-c", script],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    try:
-        comp = _comp(tmp_path / "none.log").model_copy(update={"log": f"docker logs {name}"})
-
-        def saved() -> Path | None:
-            path, _ = log_file(comp, folder=tmp_path, max_bytes=1 << 20)
-            return path if path is not None and "ERROR" in path.read_text() else None
-
-        path = wait_for(saved, 30, "the container's log")
-        errors, _ = scan_log(comp, (), 1 << 20, 3, path=path)
-    finally:
-        subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=60, check=False)
-    assert path == tmp_path / "logs" / "x.log"
-    assert errors.verdict == Verdict.FAILED
-    assert f"{path}:2: ERROR disk is full" in errors.message
 
 
 def test_a_log_command_that_is_not_docker_or_kubectl_is_not_run(tmp_path: Path) -> None:
