@@ -7,7 +7,6 @@ failure, so CI cannot pass by skipping.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.observed import recorder, write_summary
 
 from faultday.cluster.compose import faultday_image
 
@@ -75,27 +75,15 @@ def vllm_image(engine: Any) -> str:
 @pytest.fixture
 def observe(request: pytest.FixtureRequest) -> Callable[[str, object], None]:
     """Record one observed value for this test (shown at the end of the run)."""
-    mine = request.config.stash.setdefault(OBSERVED, {}).setdefault(request.node.name, {})
-
-    def record(key: str, value: object) -> None:
-        mine[key] = value
-
-    return record
+    return recorder(request, OBSERVED)
 
 
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
-    store = config.stash.get(OBSERVED, {})
-    if not store:
-        return
-    terminalreporter.section("observed on real vLLM in a container")
-    for test, values in store.items():
-        for key, value in values.items():
-            terminalreporter.write_line(f"{test}: {key} = {value}")
-    OBSERVED_FILE.parent.mkdir(parents=True, exist_ok=True)
-    OBSERVED_FILE.write_text(json.dumps(store, indent=2, default=str) + "\n", encoding="utf-8")
-    terminalreporter.write_line(f"written to {OBSERVED_FILE}")
+    write_summary(
+        terminalreporter, config, OBSERVED, "observed on real vLLM in a container", OBSERVED_FILE
+    )
 
 
 def leftovers(client: Any, label: str) -> list[str]:

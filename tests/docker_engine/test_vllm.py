@@ -22,6 +22,7 @@ from typing import Any
 import psutil
 import pytest
 import yaml
+from tests.observed import poll
 from tests.real.realstack import (
     LONG_MAX_TOKENS,
     REFUSED,
@@ -141,19 +142,6 @@ def _die_events(engine: Any, container: str, since: int) -> list[dict[str, Any]]
     return list(engine.events(since=since, until=int(time.time()) + 1, filters=flt, decode=True))
 
 
-def _poll(fn: Callable[[], object], until: Callable[[object], bool], timeout: float
-          ) -> list[tuple[float, object]]:  # fmt: skip
-    seen: list[tuple[float, object]] = []
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        value = fn()
-        seen.append((round(time.monotonic() - t0, 2), value))
-        if until(value):
-            break
-        time.sleep(0.1)
-    return seen
-
-
 def test_gpu_hang_stops_engine_core_in_the_container_health_stays_green(
     vllm: DockerStack, observe: Callable[[str, object], None]
 ) -> None:
@@ -170,7 +158,7 @@ def test_gpu_hang_stops_engine_core_in_the_container_health_stays_green(
     stream = StreamWatcher(f"{url}/v1/completions", body, read_timeout=120).start(wait_frames=3)
     try:
         injector.inject(ctx, target, params, revert)
-        states = _poll(engine.status, lambda s: s == psutil.STATUS_STOPPED, 5.0)
+        states = poll(engine.status, lambda s: s == psutil.STATUS_STOPPED, 5.0)
         assert states[-1][1] == psutil.STATUS_STOPPED, states
         time.sleep(1.0)  # tokens already on their way drain
         frozen = stream.token_frames()
@@ -209,7 +197,7 @@ def test_recover_continues_a_stopped_engine_core_in_a_container(
     engine = _engine_core(revert)
     try:
         injector.inject(ctx, target, params, revert)
-        assert _poll(engine.status, lambda s: s == psutil.STATUS_STOPPED, 5.0)[-1][1] == "stopped"
+        assert poll(engine.status, lambda s: s == psutil.STATUS_STOPPED, 5.0)[-1][1] == "stopped"
         done = subprocess.run(
             [sys.executable, "-m", "faultday.cli", "recover", str(tmp_path)],
             cwd=REPO,
@@ -258,11 +246,11 @@ def test_gpu_loss_kills_engine_core_in_the_container_and_docker_restarts_it(
     t_kill, t_kill_wall = time.monotonic(), time.time()
     injector.inject(ctx, target, params, revert)
     status, answer = post_json(f"{url}/v1/completions", _body(stream=False), timeout=5)
-    health = _poll(lambda: status_of("GET", f"{url}/health", timeout=2),
+    health = poll(lambda: status_of("GET", f"{url}/health", timeout=2),
                    lambda v: v in (503, REFUSED), 10.0)  # fmt: skip
     assert stream.join(30), "the in-flight stream never ended"
     # The container's main process (the API server) exited by itself: Docker's `die` event.
-    dies = _poll(lambda: _die_events(engine, before.id, since), bool, 30.0)[-1][1]
+    dies = poll(lambda: _die_events(engine, before.id, since), bool, 30.0)[-1][1]
     die = dies[0] if isinstance(dies, list) and dies else None
 
     observe("new_request_after_kill", status)
@@ -280,7 +268,7 @@ def test_gpu_loss_kills_engine_core_in_the_container_and_docker_restarts_it(
     assert die["Actor"]["Attributes"]["exitCode"] == "0"  # a clean exit: on-failure ignores it
 
     # Docker's restart policy brings it back: the same container, a new EngineCore.
-    back = _poll(lambda: status_of("GET", f"{url}/health", timeout=2),
+    back = poll(lambda: status_of("GET", f"{url}/health", timeout=2),
                  lambda v: v == 200, START_TIMEOUT_S)  # fmt: skip
     observe("serving_again_after_s", round(time.monotonic() - t_kill, 1))
     assert back[-1][1] == 200, back[-5:]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import time
@@ -10,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tests.observed import recorder, write_summary
 from tests.real.realstack import REAL_PYTHON, ROOT, Servers
 
 from faultday.stack import shm
@@ -51,28 +51,13 @@ def no_shared_memory_left() -> Iterator[None]:
 @pytest.fixture
 def observe(request: pytest.FixtureRequest) -> Callable[[str, object], None]:
     """Record one observed value for this test (like record_property, shown in the summary)."""
-    store = request.config.stash.setdefault(OBSERVED, {})
-    mine = store.setdefault(request.node.name, {})
-
-    def record(key: str, value: object) -> None:
-        mine[key] = value
-
-    return record
+    return recorder(request, OBSERVED)
 
 
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
-    store = config.stash.get(OBSERVED, {})
-    if not store:
-        return
-    terminalreporter.section("observed on real vLLM")
-    for test, values in store.items():
-        for key, value in values.items():
-            terminalreporter.write_line(f"{test}: {key} = {value}")
-    OBSERVED_FILE.parent.mkdir(parents=True, exist_ok=True)
-    OBSERVED_FILE.write_text(json.dumps(store, indent=2, default=str) + "\n", encoding="utf-8")
-    terminalreporter.write_line(f"written to {OBSERVED_FILE}")
+    write_summary(terminalreporter, config, OBSERVED, "observed on real vLLM", OBSERVED_FILE)
 
 
 @pytest.fixture(scope="session")

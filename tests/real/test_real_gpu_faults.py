@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from tests.observed import poll
 from tests.real.realstack import (
     EXIT_TIMEOUT_S,
     LONG_MAX_TOKENS,
@@ -40,20 +41,6 @@ ENGINE_DEAD = {
     "param": None,
     "code": 500,
 }
-
-
-def _poll(fn: Callable[[], object], until: Callable[[object], bool], timeout: float
-          ) -> list[tuple[float, object]]:  # fmt: skip
-    """Call ``fn`` every 0.1 s until ``until(value)`` or the timeout; return what was seen."""
-    seen: list[tuple[float, object]] = []
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        value = fn()
-        seen.append((round(time.monotonic() - t0, 2), value))
-        if until(value):
-            break
-        time.sleep(0.1)
-    return seen
 
 
 def test_gpu_loss_is_engine_death(
@@ -84,7 +71,7 @@ def test_gpu_loss_is_engine_death(
     t_kill = time.monotonic()
     injector.inject(ctx, target, params, revert)
     new_status, new_body = post_json(url, completion_body(stream=False), timeout=5)
-    health = _poll(lambda: status_of("GET", f"{server.url}/health", timeout=2),
+    health = poll(lambda: status_of("GET", f"{server.url}/health", timeout=2),
                    lambda v: v in (503, REFUSED), EXIT_TIMEOUT_S)  # fmt: skip
     try:
         exit_code: int | None = server.proc.wait(timeout=EXIT_TIMEOUT_S)
@@ -145,7 +132,7 @@ def test_gpu_hang_keeps_health_green_while_requests_stall(
                            read_timeout=120).start(wait_frames=3)  # fmt: skip
     try:
         injector.inject(ctx, target, params, revert)
-        states = _poll(engine.status, lambda s: s == psutil.STATUS_STOPPED, 5.0)
+        states = poll(engine.status, lambda s: s == psutil.STATUS_STOPPED, 5.0)
         assert states[-1][1] == psutil.STATUS_STOPPED, states
         time.sleep(1.0)  # tokens already on their way drain
         frozen = stream.token_frames()
