@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 from tests.conftest import wait_for
+from tests.preflight.conftest import component
 
 from faultday.cluster.compose import faultday_image
-from faultday.core.stackinfo import ComponentInfo
 from faultday.core.vocab import Verdict
 from faultday.preflight.logs import log_file, scan_log
 
@@ -28,17 +28,7 @@ def test_a_containers_log_is_read_through_docker_logs_and_kept(engine: Any, tmp_
         faultday_image(), ["sh", "-c", script], name=name, detach=True
     )
     try:
-        comp = ComponentInfo(
-            name="x",
-            type="command",
-            url="",
-            admin_url="",
-            ports={},
-            pid=None,
-            health="",
-            restarts=0,
-            log=f"docker logs {name}",
-        )
+        comp = component(f"docker logs {name}")
 
         def saved() -> Path | None:
             path, _ = log_file(comp, folder=tmp_path, max_bytes=1 << 20)

@@ -14,6 +14,7 @@ from tests.stack.conftest import marked_processes
 
 from faultday.core.ledger import Ledger
 from faultday.core.profile import load_profile
+from faultday.core.stackinfo import ComponentInfo
 from faultday.preflight.runner import STATE_FILE, PreflightOptions, PreflightOutcome, run_preflight
 from faultday.stack.stack import Stack
 
@@ -93,3 +94,18 @@ def line_of(path: Path, text: str) -> int:
 
 def remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def component(log: str | Path) -> ComponentInfo:
+    """A component named ``x`` whose log is ``log`` (a path, or a ``docker logs`` command)."""
+    return ComponentInfo(
+        name="x",
+        type="command",
+        url="",
+        admin_url="",
+        ports={},
+        pid=None,
+        health="",
+        restarts=0,
+        log=str(log),
+    )

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import faultday
+from tests.preflight.conftest import component
 
 from faultday.core.preflight import LogRule
-from faultday.core.stackinfo import ComponentInfo
 from faultday.core.vocab import Verdict
 from faultday.preflight.logs import log_file, scan_log
 
@@ -31,24 +31,10 @@ WARNING 2026-12-02 03:20:05,001 [agent] redis: connection refused, retrying in 5
 BENIGN = (LogRule(pattern="CudaDriverHelper has not been initialized", why="no GPU here"),)
 
 
-def _comp(log: Path) -> ComponentInfo:
-    return ComponentInfo(
-        name="x",
-        type="command",
-        url="",
-        admin_url="",
-        ports={},
-        pid=None,
-        health="",
-        restarts=0,
-        log=str(log),
-    )
-
-
 def test_error_lines_of_every_format_are_found_with_their_line(tmp_path: Path) -> None:
     log = tmp_path / "x.log"
     log.write_text(LOG)
-    errors, retries = scan_log(_comp(log), BENIGN, 1 << 20, 3)
+    errors, retries = scan_log(component(log), BENIGN, 1 << 20, 3)
     assert errors.verdict == Verdict.FAILED
     # vLLM, Triton (not the benign one), Qdrant, JSON lines, a traceback; not Redis' warning.
     for line in (3, 5, 7, 9, 11):
@@ -66,7 +52,7 @@ def test_a_long_log_is_read_from_its_tail_with_true_line_numbers(tmp_path: Path)
     log = tmp_path / "x.log"
     filler = "INFO all is well and this line is long enough to matter\n" * 5000
     log.write_text(filler + "ERROR the one error, late in the file\n")
-    errors, _ = scan_log(_comp(log), (), 4096, 3)
+    errors, _ = scan_log(component(log), (), 4096, 3)
     assert f"{log}:5001: ERROR the one error" in errors.message
     assert errors.n < 200  # only the tail was read
 
@@ -74,7 +60,7 @@ def test_a_long_log_is_read_from_its_tail_with_true_line_numbers(tmp_path: Path)
 def test_a_clean_log_passes(tmp_path: Path) -> None:
     log = tmp_path / "x.log"
     log.write_text("INFO started\nINFO ready\n")
-    errors, retries = scan_log(_comp(log), (), 1 << 20, 3)
+    errors, retries = scan_log(component(log), (), 1 << 20, 3)
     assert errors.verdict == retries.verdict == Verdict.PASSED
     assert errors.n == 2
 
@@ -108,7 +94,7 @@ def test_an_unknown_profile_exits_2(tmp_path: Path) -> None:
 
 
 def test_a_log_command_that_is_not_docker_or_kubectl_is_not_run(tmp_path: Path) -> None:
-    comp = _comp(tmp_path / "none.log").model_copy(update={"log": "rm -rf /"})
+    comp = component("rm -rf /")
     path, why = log_file(comp, folder=tmp_path, max_bytes=1024)
     assert path is None and "no log file to read (rm -rf /)" in why
 
