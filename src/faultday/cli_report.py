@@ -27,6 +27,7 @@ from faultday.errors import UsageError
 if TYPE_CHECKING:
     from faultday.core.journal import Journal
     from faultday.engine.runner import Status
+    from faultday.report.gameday import GameDayPreflight
 
 # The modules behind these commands are imported inside them: ``faultday --help``
 # and every other command load this module, and the engine and matplotlib are slow.
@@ -190,6 +191,17 @@ def gameday(
         colour = {"passed": "green", "failed": "red"}.get(v, "yellow")
         bar.console.print(f"[{colour}]{v.upper():8}[/] {scenario_name(journal)} — {journal.reason}")
 
+    def on_preflight(profile: str) -> None:
+        tasks["preflight"] = bar.add_task(f"preflight of {profile}", total=None)
+        if not show:
+            console.print(f"preflight of {profile} …")
+
+    def on_preflight_done(pre: GameDayPreflight) -> None:
+        if "preflight" in tasks:
+            bar.remove_task(tasks.pop("preflight"))
+        colour = {"passed": "green", "skipped": "dim"}.get(pre.verdict, "red")
+        bar.console.print(f"[{colour}]{pre.verdict.upper():8}[/] preflight — {escape(pre.reason)}")
+
     with policy.installed(), bar:
         gd, folder = run_gameday(
             paths or [Path("scenarios")],
@@ -198,7 +210,13 @@ def gameday(
             report_dir=report_dir,
             reuse_stack=not fresh_stack,
             runbook_stack=runbook_stack,
-            progress=GameDayProgress(on_start=on_start, on_status=on_status, on_done=on_done),
+            progress=GameDayProgress(
+                on_start=on_start,
+                on_status=on_status,
+                on_done=on_done,
+                on_preflight=on_preflight,
+                on_preflight_done=on_preflight_done,
+            ),
             signals=policy,
             preflight=not skip_preflight,
         )

@@ -48,6 +48,10 @@ class Progress:
     on_start: Callable[[int, int, str], None] | None = None
     on_status: Callable[[Status], None] | None = None
     on_done: Callable[[int, int, Journal], None] | None = None
+    #: the preflight of this stack profile starts (not called when it is skipped)
+    on_preflight: Callable[[str], None] | None = None
+    #: the preflight's outcome, also when skipped
+    on_preflight_done: Callable[[GameDayPreflight], None] | None = None
 
 
 def load_suite(
@@ -109,8 +113,12 @@ def run_gameday(
     settings = Settings(report_dir=folder, base_dir=base, time_scale=time_scale)
     journals: list[Journal] = []
     try:
-        gd.preflight = _preflight(suite, folder=folder, base=base, pool=pool, enabled=preflight)
+        gd.preflight = _preflight(
+            suite, folder=folder, base=base, pool=pool, enabled=preflight, progress=prog
+        )
         gd.write(folder)
+        if prog.on_preflight_done:
+            prog.on_preflight_done(gd.preflight)
         if gd.preflight.verdict not in ("passed", "skipped"):
             gd.stack_notes.append("preflight did not pass: no scenario was started")
             suite = []
@@ -165,6 +173,7 @@ def _preflight(
     base: Path,
     pool: StackPool | None,
     enabled: bool,
+    progress: Progress,
 ) -> GameDayPreflight:
     """Preflight the first scenario's stack: the pool's (then reused by the scenario) or its own."""
     if not enabled:
@@ -181,6 +190,8 @@ def _preflight(
     )
     where = folder / PREFLIGHT_DIR
     where.mkdir()
+    if progress.on_preflight:
+        progress.on_preflight(options.profile)
     try:
         stack = pool.get(first) if pool is not None else None
     except Exception as exc:  # a stack that does not start fails the preflight

@@ -10,10 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.conftest import faultday
 
+from faultday.core.exits import ExitCode
 from faultday.core.journal import RunVerdict
 from faultday.core.vocab import Verdict
-from faultday.gameday import run_gameday
+from faultday.gameday import Progress, run_gameday
 from faultday.preflight.runner import PreflightOptions, run_preflight
 from faultday.report.gameday import read_gameday
 
@@ -78,10 +80,37 @@ def test_skip_preflight_runs_the_game_day_and_the_scorecard_says_it_was_skipped(
 
 def test_a_passing_preflight_shares_its_stack_with_the_first_scenario(tmp_path: Path) -> None:
     suite = _suite(tmp_path / "s", mlen=8192)
-    gd, _ = run_gameday([suite], report_dir=tmp_path / "r", base_dir=tmp_path)
+    events: list[str] = []
+    progress = Progress(
+        on_preflight=lambda profile: events.append(f"preflight {Path(profile).name}"),
+        on_preflight_done=lambda pre: events.append(f"preflight {pre.verdict}"),
+        on_start=lambda i, n, name: events.append(f"start {name}"),
+    )
+    gd, _ = run_gameday([suite], report_dir=tmp_path / "r", base_dir=tmp_path, progress=progress)
     assert gd.preflight is not None and gd.preflight.verdict == "passed", gd.preflight
-    assert [s.verdict for s in gd.scenarios] == [RunVerdict.PASSED]
+    assert [(s.verdict, s.reason) for s in gd.scenarios] == [
+        (RunVerdict.PASSED, "the one check passed")
+    ]
     assert sum("up for" in n for n in gd.stack_notes) == 1, gd.stack_notes  # one stack start
+    # A live display hears of the preflight before the first scenario starts.
+    assert events == ["preflight one-llm.yaml", "preflight passed", "start one-llm-steady"]
+
+
+def test_the_gameday_command_says_the_preflight_failed_what_failed_and_that_nothing_ran(
+    tmp_path: Path,
+) -> None:
+    suite = _suite(tmp_path / "s", mlen=64)
+    r = faultday(
+        "gameday", str(suite), "--no-progress", "--report-dir", str(tmp_path / "r"), cwd=tmp_path
+    )
+    assert r.returncode == ExitCode.FAILED, r.stdout + r.stderr
+    lines = r.stderr.splitlines()
+    assert any(line.startswith("preflight of ") and "one-llm.yaml" in line for line in lines)
+    assert any(line.startswith("FAILED   preflight — ") for line in lines), r.stderr
+    assert any("✗ preflight" in line and "max_model_len" in line for line in lines), r.stderr
+    assert "the game day did not start" in r.stderr
+    assert not any(line.startswith("[1/1]") for line in lines)  # no scenario started
+    assert "Traceback" not in r.stderr
 
 
 PREFLIGHT_ITEM = """\

@@ -594,7 +594,8 @@ class Run:
         if bad:
             self.journal.reason = f"{len(bad)} of {len(self.journal.checks)} checks did not pass"
             return RunVerdict.FAILED
-        self.journal.reason = f"all {len(self.journal.checks)} checks passed"
+        n = len(self.journal.checks)
+        self.journal.reason = "the one check passed" if n == 1 else f"all {n} checks passed"
         return RunVerdict.PASSED
 
 
