@@ -192,6 +192,8 @@ def gameday(
         bar.console.print(f"[{colour}]{v.upper():8}[/] {scenario_name(journal)} — {journal.reason}")
 
     def on_preflight(profile: str) -> None:
+        if Path(profile).is_relative_to(Path.cwd()):
+            profile = str(Path(profile).relative_to(Path.cwd()))
         tasks["preflight"] = bar.add_task(f"preflight of {profile}", total=None)
         if not show:
             console.print(f"preflight of {profile} …")
