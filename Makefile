@@ -46,7 +46,7 @@ gameday: setup  ## the whole quarterly suite at full length
 	$(VENV)/bin/faultday gameday scenarios/
 
 test: setup  ## the default suite (CI runs it)
-	$(PYTEST) -q -m "not slow and not real and not docker" -p no:cacheprovider; $(PYTEST_OK)
+	$(PYTEST) -q -m "not slow and not real and not docker" -p no:cacheprovider --durations=15; $(PYTEST_OK)
 
 test-slow: setup  ## heavier checks (CI runs them too)
 	$(PYTEST) -q -m "slow and not real and not docker" -p no:cacheprovider; $(PYTEST_OK)
