@@ -71,6 +71,7 @@ def _finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str]:
     return proc.returncode, out
 
 
+@pytest.mark.slow  # 30-35 s: make test-slow (CI runs it)
 def test_a_second_signal_during_the_reverts_does_not_interrupt_them(tmp_path: Path) -> None:
     proc, run_dir = _start(tmp_path)
     proc.send_signal(signal.SIGTERM)

@@ -101,6 +101,7 @@ def test_inject_fixture_reverts_even_when_the_test_fails(suite: pytest.Pytester)
     result.assert_outcomes(passed=3, failed=1)  # the copied YAML scenario runs too
 
 
+@pytest.mark.slow  # ~30 s, two stacks: make test-slow (CI runs it)
 def test_scenarios_share_one_stack_until_one_changes_it(suite: pytest.Pytester) -> None:
     text = (DATA / "pause.scenario.yaml").read_text()
     (suite.path / "second.scenario.yaml").write_text(

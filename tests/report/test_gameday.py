@@ -77,6 +77,7 @@ def _gameday(suite: Path, reports: Path) -> tuple[int, Path, str]:
     return r.returncode, Path(m.group(1)).parent, r.stderr
 
 
+@pytest.mark.slow  # ~20 s, two game days: make test-slow (CI runs it)
 @pytest.mark.usefixtures("no_leftovers")
 def test_two_game_days_the_second_shows_the_trend(tmp_path: Path) -> None:
     reports = tmp_path / "reports"
