@@ -17,7 +17,6 @@ class TimeBase:
     def __init__(self, clock: Clock, *, warmup: float) -> None:
         self.clock = clock
         self._t0_before = clock.t0_wall
-        self._warmup = warmup
         self.expected_t0 = time.time() + warmup * clock.scale
 
     def started(self) -> bool:
@@ -32,15 +31,8 @@ class TimeBase:
         return self.clock.t0_wall if self.started() else self.expected_t0
 
     def at(self, wall: float) -> float:
-        """Scenario seconds at wall-clock time ``wall`` (negative during warm-up).
-
-        Before the engine starts warm-up (it waits for the load to send) a time is pinned at
-        warm-up's start at the latest, as the engine's own events are: the t=0 it would
-        compute from is only expected, and may pass before warm-up has even begun."""
-        t = (wall - self.t0_wall()) / self.clock.scale
-        if self.clock.t0_pending and not self.started():
-            return min(t, -self._warmup)
-        return t
+        """Scenario seconds at wall-clock time ``wall`` (negative during warm-up)."""
+        return (wall - self.t0_wall()) / self.clock.scale
 
     def exact(self, wall: float) -> float | None:
         """Like ``at``, but None while t=0 is still only expected."""
