@@ -13,9 +13,6 @@ class Clock:
     scale: float = 1.0
     t0_mono: float = field(default_factory=time.monotonic)
     t0_wall: float = field(default_factory=time.time)
-    #: True while the engine has yet to fix t=0 (before warm-up starts, which waits for the
-    #: load to send): observers then wait for it rather than guess it from the warm-up length.
-    t0_pending: bool = False
 
     def start(self) -> None:
         self.t0_mono = time.monotonic()

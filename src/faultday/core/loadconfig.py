@@ -82,11 +82,6 @@ class LoadConfig(_Model):
     base_urls: dict[str, str] = Field(description="component → base URL")
     http: HttpRequestSpec = Field(default_factory=HttpRequestSpec)
     t0_wall: float = Field(description="wall-clock time of scenario t=0 (the end of warm-up)")
-    t0_file: str | None = Field(
-        default=None,
-        description="a file the harness writes the real t=0 into once warm-up starts (it waits"
-        " for the load to send first); until then t0_wall is only expected",
-    )
     duration: float = Field(gt=0, description="real seconds from t=0 to the end of the run")
     time_scale: float = Field(default=1.0, gt=0)
     max_requests: int | None = Field(default=None, ge=1, description="cap for THIS process")

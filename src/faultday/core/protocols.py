@@ -272,22 +272,6 @@ class Participant(Protocol):
 
 
 @runtime_checkable
-class SlowStarter(Protocol):
-    """A load generator that takes a while to start (Locust in child processes: 1-4 s on a
-    busy machine). Warm-up waits until it sends, so at any time scale warm-up and baseline
-    run under load; then it is told the t=0 that follows, so its shape and its end run on
-    the engine's clock, not on the one it guessed when it was spawned."""
-
-    def sending(self) -> bool:
-        """True once it sends requests, or once it never will (it exited); must not block."""
-        ...
-
-    def t0_fixed(self, t0_wall: float) -> None:
-        """The engine fixed t=0 (wall-clock seconds); must not block."""
-        ...
-
-
-@runtime_checkable
 class FaultWatcher(Protocol):
     """A participant that looks again right after a fault acts: the metrics scraper, since a
     replica that dies of its fault (Xid 79) may be gone before its next round."""

@@ -21,11 +21,7 @@ class TimeBase:
 
     def started(self) -> bool:
         # The fallback covers a clock started before us (benches, tests): t0 never changes then.
-        # The engine's clock says when t=0 is still to come: warm-up waits for the load to send,
-        # so the expected t=0 may pass before the real one is fixed.
-        if self.clock.t0_wall != self._t0_before:
-            return True
-        return not self.clock.t0_pending and time.time() >= self.expected_t0 + 1.0
+        return self.clock.t0_wall != self._t0_before or time.time() >= self.expected_t0 + 1.0
 
     def t0_wall(self) -> float:
         return self.clock.t0_wall if self.started() else self.expected_t0

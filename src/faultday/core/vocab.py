@@ -85,7 +85,6 @@ class EventKind(StrEnum):
     REVERTS_DONE = "reverts.done"
     SWEEP = "sweep"
     LOAD_STARTED = "load.started"
-    LOAD_SENDING = "load.sending"
     LOAD_STOPPED = "load.stopped"
     LOAD_SINK_LOOPBACK = "load.sink_loopback"
     LOAD_JOBS_UNFINISHED = "load.jobs_unfinished"
@@ -138,12 +137,6 @@ CATALOGUE: dict[EventKind, EventSpec] = {
         "load (Locust, or load jobs on Kubernetes)",
         "the load generators run (message: workload, users, shape)",
         ("workers", "pids", "namespace", "objects", "sink"),
-    ),
-    EventKind.LOAD_SENDING: EventSpec(
-        "engine",
-        "the load sent its first request; warm-up starts now (message: how long it took, or"
-        " that it sent nothing in time and warm-up starts anyway)",
-        ("after_s",),
     ),
     EventKind.LOAD_STOPPED: EventSpec(
         "load",

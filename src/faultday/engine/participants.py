@@ -9,7 +9,7 @@ scraper, the time-series writer).
 from __future__ import annotations
 
 from faultday.core.loadconfig import HttpRequestSpec, Workload
-from faultday.core.protocols import LoadHost, Participant, RunView, SlowStarter
+from faultday.core.protocols import LoadHost, Participant, RunView
 from faultday.core.scenario import LoadShape, LoadSpec, Scenario
 from faultday.load.runner import LoadError, LoadOptions, LocustLoad
 from faultday.load.sink import SinkStats
@@ -46,18 +46,6 @@ class ScenarioLoad(LocustLoad):
             self.delegate.stop()
             return
         super().stop()
-
-    def sending(self) -> bool:
-        if self.delegate is not None:  # load jobs say whether they wait for their pods
-            return not isinstance(self.delegate, SlowStarter) or self.delegate.sending()
-        return super().sending()
-
-    def t0_fixed(self, t0_wall: float) -> None:
-        if self.delegate is not None:
-            if isinstance(self.delegate, SlowStarter):
-                self.delegate.t0_fixed(t0_wall)
-            return
-        super().t0_fixed(t0_wall)
 
     @property
     def stats(self) -> SinkStats:

@@ -26,7 +26,7 @@ from faultday.core.journal import (
     RunVerdict,
 )
 from faultday.core.ledger import Ledger
-from faultday.core.protocols import FaultWatcher, Interruptible, SlowStarter, StackDriver
+from faultday.core.protocols import FaultWatcher, Interruptible, StackDriver
 from faultday.core.records import Observations
 from faultday.core.scenario import CheckSpec, Fault, Scenario
 from faultday.core.targets import Revert, Target
@@ -41,11 +41,7 @@ from faultday.stack.supervisor import stop_marked_processes
 
 log = logging.getLogger(__name__)
 
-LOAD_POLL = 0.02  # real seconds between looks at whether the load sends
 TICK = 0.1  # real seconds between looks at the schedule, abort conditions and stop requests
-# Real seconds warm-up waits for the load's first request (Locust starts in 1-4 s on a busy
-# machine; a master waits up to 30 s for its workers); after it, warm-up starts anyway.
-LOAD_START_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +117,7 @@ class Run:
         self.loaded = loaded
         self.options = options
         self.scenario: Scenario = loaded.scenario
-        self.clock = Clock(scale=options.time_scale, t0_pending=True)
+        self.clock = Clock(scale=options.time_scale)
         self.observations = Observations()
         self.plan: Plan = make_plan(self.scenario, time_scale=options.time_scale)
         # Absolute, because components get it on their command line and run elsewhere.
@@ -256,7 +252,6 @@ class Run:
             self._describe_stack()
             self._start_participants()
             self._check_stop()
-            self._await_load()
             self._warmup()
             self._timeline()
         except _Stopped:
@@ -317,31 +312,6 @@ class Run:
             p.start(self)
             self._started_participants.append(p)
 
-    def _await_load(self) -> None:
-        """Wait until the load sends: warm-up and baseline then run under load at any time scale
-        (at 0.1 a 10 s warm-up is 1 s, shorter than Locust takes to start)."""
-        starters = [p for p in self._started_participants if isinstance(p, SlowStarter)]
-        if not starters:
-            return
-        began = time.monotonic()
-        while not all(p.sending() for p in starters):
-            self._check_stop()
-            if time.monotonic() - began >= LOAD_START_TIMEOUT:
-                log.warning("the load sent nothing in %.0f s; warm-up starts", LOAD_START_TIMEOUT)
-                self.event(
-                    EventKind.LOAD_SENDING,
-                    f"nothing sent in {LOAD_START_TIMEOUT:.0f} s: warm-up starts anyway",
-                    after_s=None,
-                )
-                return
-            time.sleep(LOAD_POLL)
-        took = time.monotonic() - began
-        self.event(
-            EventKind.LOAD_SENDING,
-            f"first request {took:.2f} s after start",
-            after_s=round(took, 3),
-        )
-
     def _warmup(self) -> None:
         # Warm-up happens before t=0, so it is not compressed differently: it is scenario time too.
         end = time.monotonic() + self.scenario.spec.warmup * self.options.time_scale
@@ -349,11 +319,7 @@ class Run:
         # is set before the phase event, so the timeline shows warm-up at -warmup, before t=0.
         self.clock.t0_mono = end
         self.clock.t0_wall = time.time() + (end - time.monotonic())
-        self.clock.t0_pending = False
         self._set_phase(Phase.WARMUP)
-        for p in self._started_participants:
-            if isinstance(p, SlowStarter):
-                p.t0_fixed(self.clock.t0_wall)
         while time.monotonic() < end:
             if self._stop.is_set():
                 raise _Stopped

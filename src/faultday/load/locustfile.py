@@ -18,7 +18,6 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import gevent  # type: ignore[import-untyped]
@@ -87,10 +86,6 @@ class Sink:
         if self.capped or (CONFIG.max_requests is not None and self.issued >= CONFIG.max_requests):
             return False
         self.issued += 1
-        if self.issued == 1:  # the harness starts warm-up when the load sends: tell it
-            line = json.dumps({"ready": True, "ts": time.time(), "pid": os.getpid()}) + "\n"
-            with self._lock, contextlib.suppress(OSError):
-                self._sock.sendall(line.encode())
         return True
 
     def close(self) -> None:
@@ -108,38 +103,6 @@ def _sink() -> Sink:
         if not _SINK:
             _SINK.append(Sink(CONFIG.sink))
     return _SINK[0]
-
-
-class T0:
-    """The run's t=0. Spawned, a child only knows the t=0 the harness expected; the harness
-    fixes the real one when warm-up starts (it waits for the load's first request) and writes
-    it to ``CONFIG.t0_file``. Until then the shape runs warm-up's users and never ends the run."""
-
-    known = not CONFIG.t0_file
-    # Bounded: past this the expected t=0 stands (the harness waits at most a minute).
-    give_up = CONFIG.t0_wall + 120.0
-
-    @classmethod
-    def follow(cls) -> None:
-        """Look for the file every 50 ms until it is there or the wait is given up."""
-        global CONFIG  # noqa: PLW0603 - the one config of this process, read at each use
-        path = CONFIG.t0_file
-        while not cls.known and path:
-            try:
-                t0 = float(Path(path).read_text())
-                CONFIG = CONFIG.model_copy(update={"t0_wall": t0})
-                cls.known = True
-            except (OSError, ValueError):
-                if time.time() >= cls.give_up:
-                    cls.known = True
-                    log.warning("no t=0 from the harness in %s; keeping the expected one", path)
-                else:
-                    gevent.sleep(0.05)
-
-
-@events.init.add_listener  # type: ignore[untyped-decorator]
-def _follow_t0(**_: Any) -> None:
-    gevent.spawn(T0.follow)
 
 
 @events.test_stop.add_listener  # type: ignore[untyped-decorator]
@@ -432,9 +395,9 @@ class FaultdayShape(LoadTestShape):
 
     def tick(self) -> tuple[int, float] | None:
         now = time.time()
-        if CONFIG.workload == Workload.NONE or (T0.known and now >= CONFIG.end_wall):
+        if now >= CONFIG.end_wall or CONFIG.workload == Workload.NONE:
             return None
-        t = CONFIG.scenario_time(now) if T0.known else -1e-9  # warm-up until t=0 is known
+        t = CONFIG.scenario_time(now)
         users = users_at(CONFIG.shape, t, duration=CONFIG.duration / CONFIG.time_scale)
         rate = CONFIG.shape.spawn_rate
         if CONFIG.shape.kind == Shape.SPIKE:

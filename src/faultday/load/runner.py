@@ -105,7 +105,6 @@ def base_config(
     sink: str,
     base_urls: dict[str, str],
     t0_wall: float,
-    t0_file: Path | None = None,
 ) -> LoadConfig:
     """The whole load's config (real seconds); workers get a copy with their share of the cap."""
     scale = run.clock.scale
@@ -116,7 +115,6 @@ def base_config(
         base_urls=base_urls,
         http=options.http,
         t0_wall=t0_wall,
-        t0_file=str(t0_file) if t0_file is not None else None,
         duration=run.scenario.spec.duration * scale,
         time_scale=scale,
         max_requests=spec.max_requests,
@@ -146,7 +144,6 @@ class LocustLoad:
         self._run: RunView | None = None
         self._logs: list[Path] = []
         self._stopped = False
-        self._t0_file: Path | None = None
 
     @property
     def stats(self) -> SinkStats:
@@ -161,7 +158,6 @@ class LocustLoad:
         # Records wait in the sink until the engine fixes t=0, so their t is exact.
         self.sink = EventSink(run.observations.add_requests, timebase.exact)
         self.sink.start()
-        self._t0_file = run.run_dir / RUN_TMP_DIR / f"{self.options.log_name}.t0"
         base = base_config(
             run,
             self.spec,
@@ -169,7 +165,6 @@ class LocustLoad:
             sink=self.sink.address,
             base_urls=endpoints,
             t0_wall=timebase.expected_t0,
-            t0_file=self._t0_file,
         )
         logs = run.run_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -184,25 +179,6 @@ class LocustLoad:
             workers=self.spec.workers,
             pids=[p.pid for p in self.procs],
         )
-
-    # ---- SlowStarter: warm-up waits for the first request ---------------------------------
-    def sending(self) -> bool:
-        """A child said it sends (its first request), or one exited (it never will)."""
-        if self.sink is None or not self.procs:
-            return True
-        return self.sink.stats.ready > 0 or any(p.poll() is not None for p in self.procs)
-
-    def t0_fixed(self, t0_wall: float) -> None:
-        """Tell the children the real t=0: a file they look for (written whole, then renamed
-        into place, so a child never reads half of it)."""
-        if self._t0_file is None:
-            return
-        part = self._t0_file.with_suffix(".part")
-        try:
-            part.write_text(repr(t0_wall))
-            part.replace(self._t0_file)
-        except OSError as exc:  # a full disk: the children keep the t=0 they expected
-            log.error("cannot tell the load its t=0 (%s): %s", self._t0_file, exc)  # noqa: TRY400
 
     def _spawn(self, base: LoadConfig, logs: Path) -> None:
         common = [

@@ -26,7 +26,6 @@ class SinkStats:
 
     events: int = 0
     bad_lines: int = 0
-    ready: int = 0  # processes that said they send (a line {"ready": true, "ts": …}, no record)
     connections: int = 0
     max_lag: float = 0.0
     lag_sum: float = 0.0
@@ -151,11 +150,8 @@ class EventSink:
                 ev = json.loads(line)
                 wall = float(ev["ts"])
                 lag = now - (wall + float(ev.get("d", 0.0)))
-            except (ValueError, KeyError, TypeError, AttributeError):
+            except (ValueError, KeyError, TypeError):
                 self.stats.bad_lines += 1
-                continue
-            if ev.get("ready") is True:
-                self.stats.ready += 1
                 continue
             self.stats.events += 1
             self.stats.lag_sum += max(0.0, lag)
