@@ -19,6 +19,7 @@ from tests.stack.conftest import marked_processes
 from faultday.core.ledger import Ledger, ProcessRecord
 from faultday.core.targets import TargetKind
 from faultday.errors import StackError
+from faultday.stack import supervisor
 from faultday.stack.stack import Stack, stop_recorded_processes
 
 MakeStack = Callable[..., Stack]
@@ -75,6 +76,22 @@ def test_up_starts_in_order_passes_urls_and_records_the_ledger(make_stack: MakeS
         psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids if p
     )
     s.down()  # idempotent
+
+
+def test_a_plan_never_hands_out_one_port_twice(
+    make_stack: MakeStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each planned port is still free until its process binds it, so a second draw of the
+    same number passed the old bind test: then two components planned one port and the
+    second died with "address already in use" (CI, one stack start in ~150)."""
+    same = supervisor.free_port()  # the random draw now always lands here
+    monkeypatch.setattr(supervisor._RNG, "randint", lambda _lo, _hi: same)
+    s = make_stack(TWO_WEBS)
+    s.up(timeout=20)
+    urls = s.endpoints()
+    ports = {c: int(u.rsplit(":", 1)[1]) for c, u in urls.items()}
+    assert ports["a"] == same and ports["b"] != same, ports
+    assert httpx.get(urls["b"] + "/", timeout=2).status_code == 200
 
 
 def test_unknown_target_suggests_the_closest_name(make_stack: MakeStack) -> None:

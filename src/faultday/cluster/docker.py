@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -48,7 +47,7 @@ from faultday.errors import ScenarioError, StackError
 from faultday.stack import render
 from faultday.stack.render import render_profile
 from faultday.stack.stack import ComponentInfo, EdgeInfo, StackInfo
-from faultday.stack.supervisor import probe_once
+from faultday.stack.supervisor import free_port, probe_once
 
 log = logging.getLogger(__name__)
 
@@ -261,11 +260,10 @@ class DockerStack:
 
     def _host_port(self, service: str) -> int:
         """A free port on 127.0.0.1, chosen once per service: a port the engine picks
-        changes at every start, and a restarted component must answer where it did."""
+        changes at every start, and a restarted component must answer where it did.
+        Below the ephemeral range and distinct from the other services' (see free_port)."""
         if service not in self._host_ports:
-            with socket.socket() as s:
-                s.bind((HOST, 0))
-                self._host_ports[service] = int(s.getsockname()[1])
+            self._host_ports[service] = free_port(HOST, exclude=set(self._host_ports.values()))
         return self._host_ports[service]
 
     def _owner_labels(self) -> dict[str, str]:

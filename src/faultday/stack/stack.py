@@ -33,9 +33,9 @@ from faultday.errors import StackError
 from faultday.stack.supervisor import (
     HOST,
     Launch,
+    PortPlan,
     ProcState,
     Supervisor,
-    free_port,
     probe_once,
     stop_recorded_processes,
 )
@@ -204,12 +204,13 @@ class Stack:
         (self.run_dir / LOG_DIR).mkdir(exist_ok=True)
         (self.run_dir / TMP_DIR).mkdir(exist_ok=True)
         self.supervisor.reopen()
+        ports = PortPlan()  # distinct: each is still free until its process binds it
         self._plan = _Plan(
             ports={
-                c: {p: free_port() for p in self.profile.ports(c)}
+                c: {p: ports.take() for p in self.profile.ports(c)}
                 for c in self.profile.spec.components
             },
-            edge_ports={e: free_port() for e in self._edges} if self.proxied else {},
+            edge_ports={e: ports.take() for e in self._edges} if self.proxied else {},
         )
         deadline = time.monotonic() + (UP_TIMEOUT if timeout is None else timeout)
         self._t_up = time.monotonic()
