@@ -17,15 +17,17 @@ kind: Scenario
 metadata: {name: ticker-freeze, title: The ticker freezes, tags: [quarterly]}
 spec:
   stack: procs.stack.yaml
-  duration: 6s
+  duration: 8s
   warmup: 0s
   recovery: 1s
   load: {workload: none}
   steady_state:
     - {check: health, target: web, path: /, status: 200}
   faults:
-    - {name: freeze, inject: process_pause, target: ticker, at: 1s, duration: 1.5s}
+    - {name: freeze, inject: process_pause, target: ticker, at: 2s, duration: 1.5s}
 """
+# A live probe runs mid-window and must end inside it, or it says nothing (insufficient):
+# at --time-scale 0.5 the 2 s baseline leaves the probe 0.5 s, not the 0.25 s a 1 s one did.
 # Day 1 pauses the web server the check probes (fails); day 2 pauses the ticker instead (passes).
 WEB = """\
 apiVersion: faultday/v1
@@ -74,7 +76,26 @@ def _gameday(suite: Path, reports: Path) -> tuple[int, Path, str]:
     )
     m = re.search(r"index: (\S+)", r.stdout)
     assert m, r.stdout + r.stderr
-    return r.returncode, Path(m.group(1)).parent, r.stderr
+    day = Path(m.group(1)).parent
+    return r.returncode, day, r.stderr + _checks_not_passed(day)
+
+
+def _checks_not_passed(day: Path) -> str:
+    """What an unexpected verdict came from: each check that did not pass, and the logs."""
+    try:
+        gd = json.loads((day / "gameday.json").read_text())
+    except (OSError, ValueError) as exc:
+        return f"\n(no gameday.json: {exc})"
+    lines = [
+        f"{s['name']}: {c['label']} ({c['window']}) {c['verdict']}: "
+        f"expected {c['expected']}, observed {c['observed']}"
+        for s in gd["scenarios"]
+        for c in s["checks"]
+        if c["verdict"] != "passed"
+    ]
+    for log in sorted(day.glob("stack-*/logs/*.log")):
+        lines += [f"--- {log.relative_to(day)}", *log.read_text().splitlines()[-15:]]
+    return "\n" + "\n".join(lines)
 
 
 @pytest.mark.slow  # ~20 s, two game days: make test-slow (CI runs it)
