@@ -135,6 +135,26 @@ def test_latency_itl_and_too_few_streams() -> None:
     assert r.verdict == Verdict.INSUFFICIENT and "streamed requests" in r.message
 
 
+def test_baseline_leaves_out_requests_still_in_flight_when_the_first_fault_starts() -> None:
+    # 20 quick requests in baseline [0, 10), and two sent at 9.6 and 9.8 that took 4 s real:
+    # at --time-scale 0.1 they end at 49.6 and 49.8, served under the fault, not before it.
+    quick = reqs(0, 8, 20)  # 0.1 s real each: the last ends at 8.6
+    straddling = [RequestRecord(t=t, duration=4.0, ok=True) for t in (9.6, 9.8)]
+    ctx = ctx_with(quick, straddling)
+    ctx.time_scale = 0.1
+    r = judge(ctx, "latency", BASE, percentile=99, max="3s")
+    assert (r.verdict, r.n, r.observed) == (Verdict.PASSED, 20, "100ms")
+    # At scale 1 they end at 13.6 and 13.8: still after the baseline.
+    assert judge(ctx_with(quick, straddling), "latency", BASE, max="3s").n == 20
+    answered = [RequestRecord(t=t, duration=0.3, ok=True) for t in (9.6, 9.65)]
+    r = judge(ctx_with(quick, answered), "latency", BASE, percentile=100, max="250ms")
+    assert (r.verdict, r.n) == (Verdict.FAILED, 22)  # answered by 9.95: they count
+    # A fault window keeps what was sent in it, however long it took.
+    late = [RequestRecord(t=19.0, duration=4.0, ok=True)]
+    r = judge(ctx_with(reqs(10, 18, 20), late), "latency", FAULT, percentile=100, max="3s")
+    assert (r.verdict, r.n) == (Verdict.FAILED, 21)
+
+
 def test_latency_needs_units() -> None:
     with pytest.raises(ValueError, match="unit"):
         check_registry().get("latency")().parse({"metric": "e2e", "max": 1.5})

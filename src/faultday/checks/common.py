@@ -11,7 +11,7 @@ from pydantic import ConfigDict, Field, model_validator
 from faultday.checks.base import CheckContext, CheckParams
 from faultday.core.durations import format_duration
 from faultday.core.records import RequestRecord, Sample
-from faultday.core.windows import CheckResult, Verdict, Window
+from faultday.core.windows import CheckResult, Verdict, Window, WindowKind
 
 
 class Params(CheckParams):
@@ -121,15 +121,29 @@ def insufficient(
 
 
 def requests_in(
-    ctx: CheckContext, window: Window, pattern: str | None = None, model: str | None = None
+    ctx: CheckContext,
+    window: Window,
+    pattern: str | None = None,
+    model: str | None = None,
+    *,
+    every_send: bool = False,
 ) -> list[RequestRecord]:
     """Client requests sent inside the window, optionally only those whose name matches a glob.
 
     Agent-task outcomes (name ``task``) are not requests; only the tasks checks read them.
     ``model`` (a glob) keeps the requests answered by that model; a failed request
     names no model, so a per-model selection holds only answered requests.
+
+    The baseline is the stack before any fault: a request sent in it but still in
+    flight when the first fault starts is served (in part) under that fault, so it
+    is left out (at ``--time-scale 0.1`` one of 2 s real spans 20 scenario seconds,
+    and gpu-throttle's baseline p99 was the throttled tail). ``every_send`` keeps
+    it, for a count of what was sent (retry amplification's denominator).
     """
     records = ctx.observations.requests_between(window.start, window.end)
+    if window.kind is WindowKind.BASELINE and not every_send:
+        scale = ctx.time_scale
+        records = [r for r in records if r.t + r.duration / scale <= window.end]
     if pattern is None:
         out = [r for r in records if r.name != "task"]
     else:

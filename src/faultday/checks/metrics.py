@@ -148,7 +148,7 @@ class RetryAmplification(Check[RetryAmplificationParams]):
             )
         ratios = []
         for w in (baseline, window):
-            clients = len(requests_in(ctx, w))
+            clients = len(requests_in(ctx, w, every_send=True))  # as the proxy counts them
             down = sum(counter_increase(ctx, params.metric, w, {params.label: e})[0] for e in edges)
             if params.failed_dials:
                 # Retries at a dead replica never become HTTP requests: count the dials too.
@@ -184,7 +184,7 @@ class RetryAmplification(Check[RetryAmplificationParams]):
             lo=None,
             hi=params.max_,
             fmt=_Times(),
-            n=len(requests_in(ctx, window)),
+            n=len(requests_in(ctx, window, every_send=True)),
             message=f"{now:.3g} per request vs {base:.3g} in baseline",
         )
 
