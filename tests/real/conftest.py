@@ -75,9 +75,11 @@ def real_python() -> Path:
 def tiny_model(real_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny Llama, built by the same code as `faultday stack make-tiny-model`."""
     out = tmp_path_factory.mktemp("tiny-model")
+    scratch = tmp_path_factory.mktemp("tiny-model-tmp")  # torch's torchinductor_<user>
     done = subprocess.run(
         [str(real_python), "-m", "faultday.stack.tinymodel", str(out)],
         capture_output=True, text=True, timeout=300, cwd=ROOT, check=False,
+        env={**os.environ, "TMPDIR": str(scratch)},
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert (out / "config.json").exists()

@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -60,6 +62,7 @@ class Server:
     log: Path
     start_s: float = 0.0
     tree: list[psutil.Process] = field(default_factory=list)
+    tmp: Path | None = None  # its TMPDIR, removed by stop()
 
     @property
     def pid(self) -> int:
@@ -119,8 +122,13 @@ def start_vllm(model_dir: Path, log_dir: Path, *, name: str = "vllm") -> Server:
            "--model", str(model_dir), "--served-model-name", MODEL_NAME,
            "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager",
            "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+    # vLLM's ZeroMQ sockets, its vllm_dist_* files and torch's torchinductor_* folder go
+    # under TMPDIR and outlive a SIGKILL: a folder of the server's own, removed by stop().
+    # Short, in the system's temporary folder: a Unix socket's path is at most 107 bytes.
+    tmp = Path(tempfile.mkdtemp(prefix="faultday-vllm-"))
     env = {
         **os.environ,
+        "TMPDIR": str(tmp),
         "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache; the default (4) is far beyond need
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
@@ -130,8 +138,12 @@ def start_vllm(model_dir: Path, log_dir: Path, *, name: str = "vllm") -> Server:
     with log.open("wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True, cwd=log_dir)  # fmt: skip
-    server = Server("vllm", proc, f"http://127.0.0.1:{port}", log)
-    _wait_healthy(server, START_TIMEOUT_S)
+    server = Server("vllm", proc, f"http://127.0.0.1:{port}", log, tmp=tmp)
+    try:
+        _wait_healthy(server, START_TIMEOUT_S)
+    except BaseException:
+        stop(server)
+        raise
     return server
 
 
@@ -171,6 +183,8 @@ def stop(server: Server) -> None:
         server.proc.wait(timeout=15)
     psutil.wait_procs(server.tree, timeout=15)
     shm.remove_orphaned(segments)
+    if server.tmp is not None:
+        shutil.rmtree(server.tmp, ignore_errors=True)
 
 
 def alive(procs: list[psutil.Process]) -> list[psutil.Process]:

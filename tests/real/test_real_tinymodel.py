@@ -34,7 +34,9 @@ def test_project_venv_builds_the_same_bytes_through_the_real_venv(
     # The project venv has no torch: the command hands the build to .venv-real,
     # and a second build is byte-for-byte the first (fixed seed, fixed corpus).
     out = tmp_path / "again"
-    env = {**os.environ, "FAULTDAY_REAL_VENV": str(REAL_VENV), "HF_HUB_OFFLINE": "1"}
+    # TMPDIR: torch makes its torchinductor_<user> folder there, so not in /tmp.
+    env = {**os.environ, "FAULTDAY_REAL_VENV": str(REAL_VENV), "HF_HUB_OFFLINE": "1",
+           "TMPDIR": str(tmp_path)}  # fmt: skip
     done = subprocess.run(
         [sys.executable, "-m", "faultday.stack.tinymodel", str(out)],
         capture_output=True, text=True, timeout=300, cwd=ROOT, env=env, check=False,

@@ -129,12 +129,17 @@ def open_pages(
     if CHROMIUM is None:
         raise FileNotFoundError("chromium is not installed (apt-get install -y chromium)")
     profile = tempfile.mkdtemp(prefix="faultday-chromium-")
+    # Chromium's own temporary folders (org.chromium.Chromium.*) go under TMPDIR, and a
+    # browser ended by a signal leaves them: keep them inside the profile, removed below.
+    tmp = Path(profile) / "tmp"
+    tmp.mkdir()
     proc = subprocess.Popen(
         [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        env={**os.environ, "TMPDIR": str(tmp)},
     )
     try:
         url = _devtools_url(proc, timeout)

@@ -23,6 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 FAKE = """#!/bin/sh
 if [ "$2" = "faultday.stack.tinymodel" ]; then
   [ "$PYTHONSAFEPATH" = 1 ] || {{ echo "cwd on sys.path" >&2; exit 1; }}
+  [ -d "$TMPDIR" ] && touch "$TMPDIR/torchinductor_root" || {{ echo "no TMPDIR" >&2; exit 1; }}
+  echo "$TMPDIR" >> "{count}.tmpdir"
   echo built >> "{count}"
   sleep 0.3
   mkdir -p "$3" && echo '{{}}' > "$3/config.json" && echo w > "$3/model.safetensors"
@@ -53,6 +55,9 @@ def test_tiny_model_is_built_once_even_by_two_components_at_once(
     assert count.read_text().splitlines() == ["built"]
     assert (folder / "config.json").is_file()
     assert not [p for p in folder.parent.iterdir() if ".building-" in p.name]
+    # torch's scratch (TMPDIR) was a folder beside the model, not /tmp, and is gone.
+    (scratch,) = Path(f"{count}.tmpdir").read_text().split()
+    assert Path(scratch).parent == folder.parent and not Path(scratch).exists()
     assert ensure_tiny_model(folder, python) is False  # present: nothing to do
 
 

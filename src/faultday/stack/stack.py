@@ -175,6 +175,12 @@ class Stack:
         # tempfile honours TMPDIR; PyTriton puts its workspace under PYTRITON_HOME).
         env["TMPDIR"] = str(self.run_dir / TMP_DIR)
         env["PYTRITON_HOME"] = str(self._pytriton_home())
+        if spec.type == "vllm":
+            # vLLM binds its ZeroMQ sockets under VLLM_RPC_BASE_PATH (default: TMPDIR), and
+            # a socket path longer than 107 bytes fails: a deep report folder put it past.
+            ipc = self._pytriton_home() / "vllm-ipc"
+            ipc.mkdir(parents=True, exist_ok=True)  # the home is in the ledger already
+            env["VLLM_RPC_BASE_PATH"] = str(ipc)
         for k, v in self.profile.env_template(component).items():
             env[k] = self._render(component, v).strip(":")
         return Launch(

@@ -94,6 +94,9 @@ def ensure_tiny_model(folder: Path, python: Path, *, timeout: float = BUILD_TIME
             tmp = folder.parent / f".{folder.name}.building-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
             cmd = [str(python), "-m", "faultday.stack.tinymodel", str(tmp)]
+            # torch makes torchinductor_<user> under TMPDIR on import: not in /tmp.
+            scratch = folder.parent / f".{folder.name}.tmp-{os.getpid()}"
+            scratch.mkdir(parents=True, exist_ok=True)
             try:
                 done = subprocess.run(
                     cmd,
@@ -101,10 +104,12 @@ def ensure_tiny_model(folder: Path, python: Path, *, timeout: float = BUILD_TIME
                     text=True,
                     timeout=max(1.0, deadline - time.monotonic()),
                     check=False,
-                    env={**os.environ, **SAFE_PATH_ENV},
+                    env={**os.environ, **SAFE_PATH_ENV, "TMPDIR": str(scratch)},
                 )
             except subprocess.TimeoutExpired as exc:
                 raise StackError(f"building the tiny model took over {timeout:.0f} s") from exc
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
             if done.returncode != 0:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise StackError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
