@@ -59,6 +59,11 @@ log "installing transformers, tokenizers and this repo (editable)"
 "${PIP[@]}" install -q -e "$ROOT" 2>&1 | filter
 
 log "checking: import vllm"
-"$VENV/bin/python" -c "import vllm, transformers, tokenizers, faultday; print('vllm', vllm.__version__)"
+# torch makes its torchinductor_<user> folder under TMPDIR on import: not left in /tmp.
+scratch=$(mktemp -d)
+rc=0
+TMPDIR="$scratch" "$VENV/bin/python" -c "import vllm, transformers, tokenizers, faultday; print('vllm', vllm.__version__)" || rc=$?
+rm -rf "$scratch"
+[ "$rc" -eq 0 ] || exit "$rc"
 echo "$SPEC" > "$STAMP"
 log "done in $(( $(date +%s) - start )) s; venv size $(du -sh "$VENV" | cut -f1)"
