@@ -13,7 +13,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from faultday.checks.base import Check, CheckContext
-from faultday.checks.common import Params, Pct, Rate, Secs
+from faultday.checks.common import Params, Pct, Rate, Secs, done_at
 from faultday.core.loadconfig import Shape, ShapeSpec, users_at
 from faultday.core.records import RequestRecord, percentile
 from faultday.core.types import Duration
@@ -86,11 +86,6 @@ def step_spans(shape: ShapeSpec, *, duration: float, start: float, end: float) -
         else:
             spans.append(StepSpan(users, lo, hi))
     return spans
-
-
-def done_at(r: RequestRecord, scale: float) -> float:
-    """When the answer (or the error) came, in scenario seconds; ``duration`` is real seconds."""
-    return r.t + r.duration / scale
 
 
 def step_records(ctx: CheckContext, window: Window, pattern: str | None) -> list[RequestRecord]:

@@ -120,6 +120,11 @@ def insufficient(
     )
 
 
+def done_at(r: RequestRecord, scale: float) -> float:
+    """When the answer (or the error) came, in scenario seconds; ``duration`` is real seconds."""
+    return r.t + r.duration / scale
+
+
 def requests_in(
     ctx: CheckContext,
     window: Window,
@@ -142,8 +147,7 @@ def requests_in(
     """
     records = ctx.observations.requests_between(window.start, window.end)
     if window.kind is WindowKind.BASELINE and not every_send:
-        scale = ctx.time_scale
-        records = [r for r in records if r.t + r.duration / scale <= window.end]
+        records = [r for r in records if done_at(r, ctx.time_scale) <= window.end]
     if pattern is None:
         out = [r for r in records if r.name != "task"]
     else:

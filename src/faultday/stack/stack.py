@@ -174,11 +174,11 @@ class Stack:
         # What a component writes to temporary files stays in the run folder (Python's
         # tempfile honours TMPDIR; PyTriton puts its workspace under PYTRITON_HOME).
         env["TMPDIR"] = str(self.run_dir / TMP_DIR)
-        env["PYTRITON_HOME"] = str(self._pytriton_home())
+        env["PYTRITON_HOME"] = str(self._short_tmp_home())
         if spec.type == "vllm":
             # vLLM binds its ZeroMQ sockets under VLLM_RPC_BASE_PATH (default: TMPDIR), and
             # a socket path longer than 107 bytes fails: a deep report folder put it past.
-            ipc = self._pytriton_home() / "vllm-ipc"
+            ipc = self._short_tmp_home() / "vllm-ipc"
             ipc.mkdir(parents=True, exist_ok=True)  # the home is in the ledger already
             env["VLLM_RPC_BASE_PATH"] = str(ipc)
         for k, v in self.profile.env_template(component).items():
@@ -227,8 +227,8 @@ class Stack:
             self.down()
             raise
 
-    def _pytriton_home(self) -> Path:
-        """PyTriton's workspace root: short, since it holds Unix sockets (108-byte paths).
+    def _short_tmp_home(self) -> Path:
+        """A short folder for Unix sockets (108-byte paths): PyTriton's home, vLLM's IPC.
 
         A run folder can be long (pytest's tmp paths), so it lives in the system's
         temporary folder, named after the ledger's marker and recorded in the ledger
