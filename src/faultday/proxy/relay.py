@@ -26,6 +26,7 @@ import socket
 import struct
 import time
 from collections import deque
+from collections.abc import Callable
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -357,8 +358,8 @@ class Direction:
             self.to_pump()
         self._wake()
 
-    def _read_on(self, callback: object) -> None:
-        self.loop.add_reader(self.src_fd, callback)  # type: ignore[arg-type]
+    def _read_on(self, callback: Callable[[], object]) -> None:
+        self.loop.add_reader(self.src_fd, callback)
         self.reading = True
 
     def _read_off(self) -> None:
@@ -955,7 +956,9 @@ class Direction:
                 await self._sleep_until(deadline)
             else:
                 await self._sleep_until(time.monotonic() + 3600.0)
-            attrs = link.toxic.attrs  # type: ignore[assignment]
+            new_attrs = link.toxic.attrs
+            assert isinstance(new_attrs, TimeoutAttrs)
+            attrs = new_attrs
 
     async def _write(self, data: bytes) -> None:
         view = memoryview(data)
