@@ -225,6 +225,26 @@ def test_error_texts_and_status_codes(go: httpx.Client, echo: EchoServer) -> Non
     assert status == 400 and text.startswith("bad request body")
 
 
+# ---- a listen address in use: Go's net.Listen error, as Toxiproxy's TestCreateProxyPortConflict --
+def test_a_listen_address_in_use_answers_gos_error_text(go: httpx.Client, echo: EchoServer) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as blocker:
+        port = blocker.getsockname()[1]
+        in_use = (500, f"listen tcp 127.0.0.1:{port}: bind: address already in use")
+        taken = f"localhost:{port}"  # resolved in the text, as Go resolves it
+        assert error(send(go, "POST", "/proxies", go_proxy("test", taken, echo.addr))) == in_use
+        assert error(send(go, "POST", "/populate", [go_proxy("test", taken, echo.addr)])) == in_use
+        create(go, "moving", echo.addr)
+        moved = send(go, "POST", "/proxies/moving", go_proxy("moving", taken, echo.addr))
+        assert error(moved) == in_use
+        assert "test" not in go.get("/proxies").json()
+
+    # The port held by another proxy, then let go (Toxiproxy's own test, step by step).
+    create(go, "mysql_master", echo.addr, listen=taken)
+    assert error(send(go, "POST", "/proxies", go_proxy("test", taken, echo.addr))) == in_use
+    assert go.delete("/proxies/mysql_master").status_code == 204
+    assert create(go, "test", echo.addr, listen=taken)["listen"] == f"127.0.0.1:{port}"
+
+
 # ---- request id, version ------------------------------------------------------------------
 def test_every_answer_has_a_request_id(go: httpx.Client, echo: EchoServer) -> None:
     answers = [

@@ -746,7 +746,7 @@ class ApiHandler:
         if enabled and moved and proxy.enabled:
             sock = await self._bind_moving(proxy, listen)
         elif enabled and (moved or not proxy.enabled):
-            sock = bind_listener(listen, name=proxy.name)
+            sock = bind_listener(listen)
         elif enabled and differs:
             sock = proxy.take_listener()  # same address, new upstream: keep the listener
         # Nothing below can fail: the proxy changes only once its new socket is bound.
@@ -763,7 +763,7 @@ class ApiHandler:
     async def _bind_moving(proxy: Proxy, listen: str) -> socket.socket:
         """A socket on ``listen`` for an enabled proxy; on failure it still serves as before."""
         try:
-            return bind_listener(listen, name=proxy.name)
+            return bind_listener(listen)
         except ProxyError:
             if split_hostport(listen)[1] != split_hostport(proxy.listen)[1]:
                 raise
@@ -773,7 +773,7 @@ class ApiHandler:
         if old is not None:
             old.close()
         try:
-            return bind_listener(listen, name=proxy.name)
+            return bind_listener(listen)
         except ProxyError:
             proxy.enabled = False
             await proxy.start()  # the address it held a moment ago
@@ -800,7 +800,7 @@ class ApiHandler:
         try:
             for step in steps:
                 if step.spec.enabled and not (step.keep or step.reuse):
-                    step.sock = bind_listener(step.spec.listen, name=step.spec.name)
+                    step.sock = bind_listener(step.spec.listen)
         except ProxyError as exc:
             for step in steps:
                 if step.sock is not None:

@@ -14,6 +14,7 @@ import errno
 import gc
 import ipaddress
 import logging
+import os
 import signal
 import socket
 import threading
@@ -51,21 +52,41 @@ def _connected_now(sock: socket.socket) -> bool:
     return True
 
 
-def bind_listener(listen: str, *, name: str = "") -> socket.socket:
-    """A non-blocking socket listening on ``host:port``; ProxyError when it cannot."""
+def _go_text(exc: OSError) -> str:
+    """An OS error as Go's ``syscall.Errno`` spells it: ``address already in use``."""
+    if isinstance(exc, socket.gaierror):
+        return "no such host" if exc.errno == socket.EAI_NONAME else str(exc.strerror).lower()
+    text = str(exc) if exc.errno is None else os.strerror(exc.errno)
+    return text[:1].lower() + text[1:]
+
+
+def bind_listener(listen: str) -> socket.socket:
+    """A non-blocking socket listening on ``host:port``; ProxyError when it cannot.
+
+    The error's text is Go's ``net.Listen`` error, as Toxiproxy answers it
+    (``listen tcp 127.0.0.1:3310: bind: address already in use``), with the
+    address resolved as Go resolves it (``localhost`` is ``127.0.0.1``).
+    """
     try:
         host, port = split_hostport(listen)
     except ValueError as exc:
-        raise ProxyError(f"proxy {name}: {exc}") from exc
+        raise ProxyError(str(exc)) from exc
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        addr = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)[0][4]
+    except OSError as exc:
+        raise ProxyError(f"listen tcp: lookup {host}: {_go_text(exc)}") from exc
+    shown = f"[{addr[0]}]:{port}" if family == socket.AF_INET6 else f"{addr[0]}:{port}"
     sock = socket.socket(family, socket.SOCK_STREAM)
+    call = "bind"
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
+        sock.bind(addr)
+        call = "listen"
         sock.listen(1024)
     except OSError as exc:
         sock.close()
-        raise ProxyError(f"proxy {name}: cannot listen on {listen}: {exc}") from exc
+        raise ProxyError(f"listen tcp {shown}: {call}: {_go_text(exc)}") from exc
     sock.setblocking(False)
     return sock
 
@@ -115,7 +136,7 @@ class Proxy:
         if self.enabled:
             return
         if sock is None:
-            sock = bind_listener(self.listen, name=self.name)
+            sock = bind_listener(self.listen)
         self.listen = listen_address(sock)
         self._lsock = sock
         self.enabled = True
@@ -407,7 +428,10 @@ class ProxyServer:
         log.info("faultday proxy API listening on %s", self.api_url)
         try:
             for spec in self._initial:
-                await handler.create(spec)
+                try:
+                    await handler.create(spec)
+                except ProxyError as exc:  # the API's text names no proxy; a config file has many
+                    raise ProxyError(f"proxy {spec.name}: {exc}") from exc
             if on_ready is not None:
                 on_ready(self)
             await self._stopping.wait()
