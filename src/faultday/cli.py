@@ -64,7 +64,7 @@ SUBCOMMANDS = (
     SubCommands("faultday.proxy.cli", ("proxy",), "The Toxiproxy-compatible fault proxy."),
     SubCommands("faultday.cli_stack", ("stack",), "Bring the reference stack up and down."),
     SubCommands("faultday.stack.sim", ("sim",), "Simulated components (the vLLM simulator)."),
-    SubCommands("faultday.checks.cli", ("lint",)),
+    SubCommands("faultday.cli_lint", ("lint",)),
     SubCommands("faultday.cli_report", ("report", "gameday", "runbook")),
     SubCommands("faultday.cli_k8s", ("k8s",)),
     SubCommands("faultday.cli_preflight", ("preflight",)),

@@ -1,4 +1,4 @@
-"""``faultday lint``: registered on the main app (cli.py calls ``register``)."""
+"""``faultday lint``: the command over ``checks.lint``; cli.py registers it (``register``)."""
 
 from __future__ import annotations
 
