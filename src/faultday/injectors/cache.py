@@ -1,12 +1,12 @@
 """Redis faults: ``cache_flush`` (sessions and checkpoints lost) and ``redis_outage``.
 
-``redis_outage`` on an *edge* disables the proxy in front of Redis through the
-Toxiproxy API (``POST /proxies/{name}`` with ``{"enabled": false}``), so
-clients see refused connections; on a *component* it stops the server process
-(SIGSTOP, SIGCONT at revert), so clients hang until their timeouts. (Redis's
-``CLIENT PAUSE ALL`` would be gentler but also blocks the ``CLIENT UNPAUSE``
-that should end it: Redis 7.0 queues it like any other command.) ``cache_flush``
-is one-shot: data that is gone stays gone, and its revert only records that.
+``redis_outage`` on an *edge* disables the proxy in front of Redis (the edge
+primitive, ``injectors.edge``), so clients see refused connections; on a
+*component* it stops the server process (SIGSTOP, SIGCONT at revert), so
+clients hang until their timeouts. (Redis's ``CLIENT PAUSE ALL`` would be
+gentler but also blocks the ``CLIENT UNPAUSE`` that should end it: Redis 7.0
+queues it like any other command.) ``cache_flush`` is one-shot: data that is
+gone stays gone, and its revert only records that.
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ import signal
 from collections.abc import Iterable
 from typing import ClassVar
 
-import httpx
 import psutil
 import redis
 from pydantic import BaseModel, ConfigDict, Field
 
 from faultday.core.targets import Revert, Target, TargetKind
-from faultday.errors import InjectionError, RevertError
+from faultday.errors import InjectionError
+from faultday.injectors import edge
 from faultday.injectors.base import FaultContext, Injector, RevertData
+from faultday.injectors.edge import ENABLE_PROXY, PROXY_NAME_ALIASES, EdgeData
 
 log = logging.getLogger(__name__)
 
@@ -54,24 +55,6 @@ def redis_url(target: Target) -> str:
 
 def _client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S)
-
-
-def set_edge_enabled(proxy_api: str, proxy_name: str, *, enabled: bool, target: str) -> None:
-    """Enable or disable one proxy on a Toxiproxy-API server (faultday's or the real one)."""
-    base = proxy_api if "://" in proxy_api else f"http://{proxy_api}"
-    url = f"{base.rstrip('/')}/proxies/{proxy_name}"
-    err = RevertError if enabled else InjectionError
-    try:
-        resp = httpx.post(url, json={"enabled": enabled}, timeout=TIMEOUT_S)
-    except httpx.HTTPError as exc:
-        raise err(f"{target}: proxy API unreachable at {url}: {exc}") from exc
-    if resp.status_code not in (200, 201):
-        raise err(f"{target}: {url} answered {resp.status_code}: {resp.text[:300]}")
-
-
-def _edge_check(target: Target) -> None:
-    if not (target.proxy_api and target.proxy_name):
-        raise InjectionError(f"{target.name}: edge has no proxy_api/proxy_name")
 
 
 class FlushData(RevertData):
@@ -124,11 +107,12 @@ def _batches(keys: Iterable[bytes]) -> list[list[bytes]]:
     return [b for b in out if b]
 
 
-class OutageData(RevertData):
-    """Either form of the revert: re-enable the edge's proxy, or SIGCONT the process."""
+class OutageData(EdgeData):
+    """Either form of the revert: re-enable the edge's proxy (the edge primitive's data,
+    as ``vector_outage`` and ``outage`` store it), or SIGCONT the process."""
 
     proxy_api: str = ""
-    proxy_name: str = ""
+    proxy_name: str = Field(default="", validation_alias=PROXY_NAME_ALIASES)
     pid: int = 0
     create_time: float = 0.0
 
@@ -149,9 +133,8 @@ class RedisOutage(Injector[RedisOutageParams, OutageData]):
         self, ctx: FaultContext, target: Target, params: RedisOutageParams, *, fault: str
     ) -> Revert:
         if target.kind == TargetKind.EDGE:
-            _edge_check(target)
-            edge = OutageData(proxy_api=target.proxy_api, proxy_name=target.proxy_name)
-            return self.record(target, fault=fault, action="enable_proxy", data=edge)
+            data = OutageData.for_target(target)
+            return self.record(target, fault=fault, action=ENABLE_PROXY, data=data)
         if target.pid is None:
             raise InjectionError(f"{target.name}: no pid to stop (component not run by us?)")
         try:
@@ -164,8 +147,8 @@ class RedisOutage(Injector[RedisOutageParams, OutageData]):
     def inject(
         self, ctx: FaultContext, target: Target, params: RedisOutageParams, revert: Revert
     ) -> None:
-        if revert.action == "enable_proxy":
-            set_edge_enabled(target.proxy_api, target.proxy_name, enabled=False, target=target.name)
+        if revert.action == ENABLE_PROXY:
+            edge.disable(self.data(revert), target=target.name)
             return
         try:
             os.kill(self.data(revert).pid, signal.SIGSTOP)
@@ -174,8 +157,8 @@ class RedisOutage(Injector[RedisOutageParams, OutageData]):
 
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
         d = self.data(revert)
-        if revert.action == "enable_proxy":
-            set_edge_enabled(d.proxy_api, d.proxy_name, enabled=True, target=revert.target)
+        if revert.action == ENABLE_PROXY:
+            edge.enable(d, target=revert.target)
             return
         pid = d.pid
         try:

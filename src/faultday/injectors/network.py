@@ -1,14 +1,13 @@
 """Network faults on a proxied edge, through any Toxiproxy-API server.
 
-Every injector here talks to the edge's ``proxy_api`` (faultday's proxy or a
-real toxiproxy-server: configuration, not code) through one client. A toxic's
+Every injector here acts through the edge primitive (``injectors.edge``) on the
+edge's ``proxy_api`` (faultday's proxy or a real toxiproxy-server). A toxic's
 name is fixed in ``prepare`` — ``faultday-<fault>-<type>`` — so the revert in
 the ledger names exactly what inject will create, before it exists.
 """
 
 from __future__ import annotations
 
-import logging
 from abc import abstractmethod
 from typing import ClassVar, Literal, TypeVar
 
@@ -16,14 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from faultday.core.targets import Revert, Target, TargetKind
 from faultday.core.types import Duration
-from faultday.errors import InjectionError, RevertError
-from faultday.injectors.base import FaultContext, Injector, NoParams, RevertData
-from faultday.proxy.client import ProxyAPIError, ToxiproxyClient
-
-log = logging.getLogger(__name__)
-
-API_TIMEOUT = 5.0
-EDGE = frozenset({TargetKind.EDGE})
+from faultday.injectors import edge
+from faultday.injectors.base import FaultContext, Injector
+from faultday.injectors.edge import EDGE, REMOVE_TOXICS, EdgeData, EdgeOutage
 
 StreamName = Literal["downstream", "upstream", "both"]
 
@@ -107,31 +101,17 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-def _edge(target: Target) -> tuple[str, str]:
-    if target.kind is not TargetKind.EDGE or not target.proxy_api or not target.proxy_name:
-        raise InjectionError(f"{target.name}: not a proxied edge (no proxy_api / proxy_name)")
-    return target.proxy_api, target.proxy_name
-
-
 TP = TypeVar("TP", bound=_Params)
 TcpP = TypeVar("TcpP", bound=_TcpParams)
 HttpP = TypeVar("HttpP", bound=_Limited)
 
 
-class ToxicData(RevertData):
-    """The toxics a fault adds, named before they exist: removing them is the revert."""
-
-    proxy_api: str
-    proxy: str
-    toxics: list[str]
-
-
-class ToxicInjector(Injector[TP, ToxicData]):
+class ToxicInjector(Injector[TP, EdgeData]):
     """Base of the toxic-backed injectors: one toxic per stream, removed on revert."""
 
     toxic_type: ClassVar[str]
     target_kinds: ClassVar[frozenset[TargetKind]] = EDGE
-    Data = ToxicData
+    Data = EdgeData
 
     @abstractmethod
     def attributes(self, params: TP) -> dict[str, JsonValue]:
@@ -151,50 +131,21 @@ class ToxicInjector(Injector[TP, ToxicData]):
         return [base] if len(streams) == 1 else [f"{base}-{s}" for s in streams]
 
     def prepare(self, ctx: FaultContext, target: Target, params: TP, *, fault: str) -> Revert:
-        api, proxy = _edge(target)
-        data = ToxicData(proxy_api=api, proxy=proxy, toxics=self.toxic_names(fault, params))
-        return self.record(target, fault=fault, action="remove_toxics", data=data)
+        data = EdgeData.for_target(target, toxics=self.toxic_names(fault, params))
+        return self.record(target, fault=fault, action=REMOVE_TOXICS, data=data)
 
     def inject(self, ctx: FaultContext, target: Target, params: TP, revert: Revert) -> None:
-        d = self.data(revert)
-        api, proxy, names = d.proxy_api, d.proxy, d.toxics
-        attrs = self.attributes(params)
-        toxicity = self._toxicity(params)
-        with ToxiproxyClient(api, timeout=API_TIMEOUT) as client:
-            for name, stream in zip(names, self._streams(params), strict=True):
-                try:
-                    client.add_toxic(
-                        proxy,
-                        type=self.toxic_type,
-                        name=name,
-                        stream=stream,
-                        toxicity=toxicity,
-                        attributes=attrs,
-                    )
-                except ProxyAPIError as exc:
-                    if exc.status != 409:
-                        raise InjectionError(f"{target.name}: {exc}") from exc
-                    # Left by a harness that died before reverting: same fault, same name.
-                    try:
-                        client.update_toxic(proxy, name, attributes=attrs, toxicity=toxicity)
-                    except ProxyAPIError as exc2:
-                        raise InjectionError(f"{target.name}: {exc2}") from exc2
-        log.info("%s: %s toxic(s) %s on proxy %s", target.name, self.toxic_type, names, proxy)
+        edge.add_toxics(
+            self.data(revert),
+            toxic_type=self.toxic_type,
+            streams=self._streams(params),
+            toxicity=self._toxicity(params),
+            attributes=self.attributes(params),
+            target=target.name,
+        )
 
     def revert(self, ctx: FaultContext, revert: Revert) -> None:
-        d = self.data(revert)
-        api, proxy, names = d.proxy_api, d.proxy, d.toxics
-        with ToxiproxyClient(api, timeout=API_TIMEOUT) as client:
-            for name in names:
-                try:
-                    client.delete_toxic(proxy, name, missing_ok=True)
-                except ProxyAPIError as exc:
-                    if exc.unreachable:
-                        log.info(
-                            "%s: proxy API %s is gone; toxic %s went with it", proxy, api, name
-                        )
-                        continue
-                    raise RevertError(f"{revert.target}: removing toxic {name}: {exc}") from exc
+        edge.remove_toxics(self.data(revert), target=revert.target)
 
 
 class TcpToxicInjector(ToxicInjector[TcpP]):
@@ -365,45 +316,8 @@ class StreamDrip(HttpToxicInjector[StreamDripParams]):
         return {"interval": _ms(params.interval), **_limits(params)}
 
 
-class ProxyData(RevertData):
-    """The proxy a fault disables: enabling it again is the revert."""
-
-    proxy_api: str
-    proxy: str
-
-
-class Outage(Injector[NoParams, ProxyData]):
+class Outage(EdgeOutage):
     """Take an edge down: the proxy refuses connections and closes open ones."""
 
     name: ClassVar[str] = "outage"
     summary: ClassVar[str] = "edge down (proxy disabled): refused and closed connections"
-    Params = NoParams
-    Data = ProxyData
-    target_kinds: ClassVar[frozenset[TargetKind]] = EDGE
-
-    def prepare(self, ctx: FaultContext, target: Target, params: NoParams, *, fault: str) -> Revert:
-        api, proxy = _edge(target)
-        data = ProxyData(proxy_api=api, proxy=proxy)
-        return self.record(target, fault=fault, action="enable_proxy", data=data)
-
-    def inject(self, ctx: FaultContext, target: Target, params: NoParams, revert: Revert) -> None:
-        d = self.data(revert)
-        api, proxy = d.proxy_api, d.proxy
-        with ToxiproxyClient(api, timeout=API_TIMEOUT) as client:
-            try:
-                client.set_enabled(proxy, False)
-            except ProxyAPIError as exc:
-                raise InjectionError(f"{target.name}: {exc}") from exc
-        log.info("%s: proxy %s disabled", target.name, proxy)
-
-    def revert(self, ctx: FaultContext, revert: Revert) -> None:
-        d = self.data(revert)
-        api, proxy = d.proxy_api, d.proxy
-        with ToxiproxyClient(api, timeout=API_TIMEOUT) as client:
-            try:
-                client.set_enabled(proxy, True)
-            except ProxyAPIError as exc:
-                if exc.status == 404 or exc.unreachable:
-                    log.info("%s: proxy %s is gone; nothing to re-enable", revert.target, proxy)
-                    return
-                raise RevertError(f"{revert.target}: re-enabling proxy {proxy}: {exc}") from exc

@@ -15,10 +15,10 @@ from typing import ClassVar, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
-from faultday.core.targets import Revert, Target, TargetKind
+from faultday.core.targets import Revert, Target
 from faultday.errors import InjectionError, RevertError
-from faultday.injectors.base import FaultContext, Injector, NoParams, RevertData
-from faultday.injectors.cache import set_edge_enabled
+from faultday.injectors.base import FaultContext, Injector, RevertData
+from faultday.injectors.edge import EdgeOutage
 
 log = logging.getLogger(__name__)
 
@@ -145,31 +145,8 @@ class VectorDegrade(Injector[VectorDegradeParams, AliasData]):
             raise RevertError(f"{revert.target}: restoring alias {alias!r} failed: {exc}") from exc
 
 
-class EdgeData(RevertData):
-    """The proxy on the edge that a fault disables."""
-
-    proxy_api: str
-    proxy_name: str
-
-
-class VectorOutage(Injector[NoParams, EdgeData]):
+class VectorOutage(EdgeOutage):
     """The vector store unreachable: the proxy on the edge to it disabled."""
 
     name = "vector_outage"
     summary = "vector store unreachable (proxy on its edge disabled)"
-    Params = NoParams
-    Data = EdgeData
-    target_kinds: ClassVar[frozenset[TargetKind]] = frozenset({TargetKind.EDGE})
-
-    def prepare(self, ctx: FaultContext, target: Target, params: NoParams, *, fault: str) -> Revert:
-        if not (target.proxy_api and target.proxy_name):
-            raise InjectionError(f"{target.name}: edge has no proxy_api/proxy_name")
-        data = EdgeData(proxy_api=target.proxy_api, proxy_name=target.proxy_name)
-        return self.record(target, fault=fault, action="enable_proxy", data=data)
-
-    def inject(self, ctx: FaultContext, target: Target, params: NoParams, revert: Revert) -> None:
-        set_edge_enabled(target.proxy_api, target.proxy_name, enabled=False, target=target.name)
-
-    def revert(self, ctx: FaultContext, revert: Revert) -> None:
-        d = self.data(revert)
-        set_edge_enabled(d.proxy_api, d.proxy_name, enabled=True, target=revert.target)
