@@ -17,8 +17,8 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from faultday_refstack.durations import shown
 from faultday_refstack.errors import ConfigError, Problem
+from faultday_wire.durations import shown
 
 PathKey = tuple[str | int, ...]
 

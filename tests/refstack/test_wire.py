@@ -24,8 +24,7 @@ from faultday.core import durations as harness_durations
 from faultday.errors import InjectionError
 from faultday.injectors.gpu import GpuThrottle, KvPressure
 from faultday.injectors.tools import fault_body
-from faultday_refstack import durations as refstack_durations
-from faultday_refstack.agent.config import Timeouts
+from faultday_wire import durations as refstack_durations
 from faultday_wire.admin import FaultKind
 from faultday_wire.metrics import (
     AGENT_BREAKER_STATE,
@@ -36,6 +35,7 @@ from faultday_wire.metrics import (
     VLLM_QUEUE_TIME,
     total,
 )
+from faultday_wire.policy import Timeouts
 
 REPO = Path(__file__).parents[2]
 

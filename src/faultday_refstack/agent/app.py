@@ -19,12 +19,13 @@ from opentelemetry.trace import SpanKind
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
-from faultday_refstack.agent.config import Admission, Text
+from faultday_refstack.agent.config import Text
 from faultday_refstack.agent.resilience import Deadline
 from faultday_refstack.agent.runtime import Runtime, Unavailable
 from faultday_refstack.agent.tasks import Task, TaskEngine, TaskRequest
 from faultday_wire.admin import CanaryShare
 from faultday_wire.answers import ANSWER_HEADER, CANNED
+from faultday_wire.policy import Admission
 from faultday_wire.webguard import WebGuard
 
 log = logging.getLogger(__name__)

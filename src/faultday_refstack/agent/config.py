@@ -1,8 +1,9 @@
 """``stack/agent.yaml``: the runtime's resilience policies, validated at start-up.
 
-Timeouts are checked as a hierarchy (model call < tool call < task; a chat
-request leaves room for the backup model), so a policy that could never work
-is refused before the runtime serves anything.
+The policies are :mod:`faultday_wire.policy`'s model, the one ``faultday lint``
+reads too; a policy with a contradiction (timeouts that do not nest, a chat
+request with no room for the backup model) is refused before the runtime serves
+anything.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from pydantic import (
     model_validator,
 )
 
-from faultday_refstack.durations import Duration
 from faultday_refstack.errors import ConfigError, Problem
 from faultday_refstack.yamlfile import parse_file, validation_problems
+from faultday_wire.policy import Policy, contradictions
 
 # What one task may carry, so that no request occupies the stack for long: each step is
 # a tool call (bounded by timeouts.tool_call) and a checkpoint that rewrites the whole task.
@@ -53,68 +54,15 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class Timeouts(_Model):
-    model_call: Duration = Field(description="one LLM call (one attempt)")
-    tool_call: Duration = Field(description="one tool call (one attempt)")
-    task: Duration = Field(description="a whole agent task, every step included")
-    request: Duration = Field(description="a whole chat request at the gateway")
-    redis: Duration = Field(description="one Redis command")
-    embed: Duration = Field(description="one embedder call")
-    vector: Duration = Field(description="one vector search")
-    wait: Duration = Field(description="cap on any wait for another task's result")
+def _consistent(policy: Policy) -> Policy:
+    found = contradictions(policy)
+    if found:
+        raise ValueError("; ".join(f"{'.'.join(c.path)}: {c.message}" for c in found))
+    return policy
 
 
-class Retries(_Model):
-    attempts: int = Field(ge=1, le=20, description="attempts in all, the first included")
-    backoff_initial: Duration
-    backoff_max: Duration
-    jitter: Duration
-    budget_ratio: float | None = Field(
-        ge=0, le=10, description="retries allowed per request (token bucket); null = no budget"
-    )
-    budget_min_per_s: float = Field(default=1.0, ge=0)
-
-
-class Breakers(_Model):
-    enabled: bool
-    threshold: int = Field(default=5, ge=1, description="consecutive failures that open it")
-    reset_after: Duration = Field(default=5.0, description="open → half-open after this")
-
-
-class Admission(_Model):
-    max_in_flight: int = Field(ge=1)
-    max_queue: int = Field(ge=0)
-    queue_timeout: Duration
-    retry_after: Duration
-
-
-class Policy(_Model):
-    timeouts: Timeouts
-    retries: Retries
-    breakers: Breakers
-    fallback: bool = Field(description="run the fallback chains; false = fail on first loss")
-    admission: Admission
-
-    @model_validator(mode="after")
-    def _hierarchy(self) -> Self:
-        t = self.timeouts
-        if not t.model_call < t.tool_call < t.task:
-            raise ValueError(
-                "timeouts must nest: model_call < tool_call < task "
-                f"(got {t.model_call:g}s, {t.tool_call:g}s, {t.task:g}s)"
-            )
-        if self.fallback and t.request < 2 * t.model_call:
-            raise ValueError(
-                f"timeouts.request ({t.request:g}s) must leave room for the backup model: "
-                f"at least 2 x model_call ({2 * t.model_call:g}s)"
-            )
-        if t.request < t.model_call:
-            raise ValueError("timeouts.request must be at least timeouts.model_call")
-        if t.wait > t.task:
-            raise ValueError("timeouts.wait must not exceed timeouts.task")
-        if self.retries.backoff_initial > self.retries.backoff_max:
-            raise ValueError("retries.backoff_initial must not exceed retries.backoff_max")
-        return self
+# The harness's lint reads a policy with the same model; the agent refuses a contradiction.
+CheckedPolicy = Annotated[Policy, AfterValidator(_consistent)]
 
 
 class Step(_Model):
@@ -177,7 +125,7 @@ class AgentConfig(_Model):
         description="argument names whose values the audit log redacts",
     )
     agents: dict[str, AgentSpec]
-    policies: dict[str, Policy]
+    policies: dict[str, CheckedPolicy]
 
     @model_validator(mode="after")
     def _names(self) -> Self:

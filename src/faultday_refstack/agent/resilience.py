@@ -19,10 +19,10 @@ from opentelemetry.trace import Status, StatusCode, Tracer
 from purgatory import AsyncCircuitBreakerFactory
 from purgatory.domain.model import OpenedState
 
-from faultday_refstack.agent.config import Policy
 from faultday_refstack.agent.obs import Metrics
 from faultday_refstack.errors import RefstackError
 from faultday_wire.metrics import BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_STATES
+from faultday_wire.policy import Policy
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ from opentelemetry.trace import Tracer
 
 from faultday_refstack.agent.audit import AuditLog
 from faultday_refstack.agent.canary import CanarySplit
-from faultday_refstack.agent.config import AgentConfig, Policy
+from faultday_refstack.agent.config import AgentConfig
 from faultday_refstack.agent.deps import (
     Embedder,
     Hit,
@@ -27,6 +27,7 @@ from faultday_refstack.agent.obs import Metrics, make_tracer_provider
 from faultday_refstack.agent.resilience import Deadline, DependencyError, Resilience
 from faultday_refstack.errors import UsageError
 from faultday_wire.answers import CANNED, doc_marker
+from faultday_wire.policy import Policy
 
 log = logging.getLogger(__name__)
 
