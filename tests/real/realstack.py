@@ -8,7 +8,6 @@ under test are the very code users run. See docs/real-vllm.md.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -16,7 +15,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -220,65 +218,6 @@ def completion_body(*, stream: bool, max_tokens: int = 8, **extra: Any) -> dict[
 def chat_body(*, stream: bool, max_tokens: int = 8, **extra: Any) -> dict[str, Any]:
     return {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Hello there"}],
             "max_tokens": max_tokens, "stream": stream, **extra}  # fmt: skip
-
-
-class StreamWatcher:
-    """Reads one SSE stream on a thread; records status, frames and how it ended."""
-
-    def __init__(self, url: str, body: dict[str, Any], *, read_timeout: float = 60.0) -> None:
-        self.url = url
-        self.body = body
-        self.read_timeout = read_timeout
-        self.status: int | None = None
-        self.frames: list[str] = []  # payloads of `data:` lines, in order
-        self.ended: str = ""  # "eof", or the exception's class name
-        self.first_frames = threading.Event()
-        self.finished = threading.Event()
-        self._wait_frames = 1
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self, *, wait_frames: int = 3, timeout: float = 60.0) -> StreamWatcher:
-        """Start reading; return once ``wait_frames`` frames arrived (the stream is live)."""
-        self._wait_frames = wait_frames
-        self._thread.start()
-        if not self.first_frames.wait(timeout):
-            raise AssertionError(f"stream gave {len(self.frames)} frames in {timeout} s "
-                                 f"(status {self.status}, ended {self.ended!r})")  # fmt: skip
-        return self
-
-    def _run(self) -> None:
-        timeout = httpx.Timeout(HTTP_TIMEOUT_S, read=self.read_timeout)
-        try:
-            with httpx.stream("POST", self.url, json=self.body, timeout=timeout) as resp:
-                self.status = resp.status_code
-                for line in resp.iter_lines():
-                    if line.startswith("data:"):
-                        self.frames.append(line[5:].strip())
-                        if len(self.frames) >= self._wait_frames:
-                            self.first_frames.set()
-            self.ended = "eof"
-        except httpx.HTTPError as exc:
-            self.ended = type(exc).__name__
-        finally:
-            self.first_frames.set()
-            self.finished.set()
-
-    def join(self, timeout: float) -> bool:
-        return self.finished.wait(timeout)
-
-    def error_frames(self) -> list[dict[str, Any]]:
-        out = []
-        for frame in self.frames:
-            if frame == "[DONE]":
-                continue
-            with contextlib.suppress(ValueError):
-                obj = json.loads(frame)
-                if isinstance(obj, dict) and "error" in obj:
-                    out.append(obj["error"])
-        return out
-
-    def token_frames(self) -> int:
-        return sum(1 for f in self.frames if f != "[DONE]" and '"error"' not in f)
 
 
 # --- metrics -------------------------------------------------------------------------------
