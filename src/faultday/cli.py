@@ -261,25 +261,28 @@ def run(
 
 def _execute(loaded: LoadedScenario, *, settings: Settings, progress: bool | None) -> Journal:
     # Start-up time: every command loads this module; the engine loads only where it is used.
+    from faultday.core.events import RunEvents  # noqa: PLC0415
     from faultday.engine.display import StatusView  # noqa: PLC0415
-    from faultday.session import Hooks, SignalPolicy, check_driver, run_scenario  # noqa: PLC0415
+    from faultday.session import SignalPolicy, check_driver, run_scenario  # noqa: PLC0415
 
     check_driver(settings.driver)  # before the signal handler and the display start
     view = StatusView(loaded.scenario)
     show = sys.stderr.isatty() if progress is None else progress
-    hooks = Hooks(
-        on_run=lambda the_run: console.print(f"run folder: {the_run.run_dir}"),
-        on_status=view.update,
-        display=(
-            (lambda: Live(view, console=console, refresh_per_second=4, transient=True))
-            if show
-            else None
-        ),
-    )
+    live = Live(view, console=console, refresh_per_second=4, transient=True)
+    events = RunEvents()
+    events.run_started.add_listener(lambda ev: console.print(f"run folder: {ev.run_dir}"))
+    events.status.add_listener(view.update)
+    if show:
+        # Shown while the run executes; gone before the reports are rendered.
+        events.run_started.add_listener(lambda _: live.start())
+        events.scenario_ended.add_listener(lambda _: live.stop())
     policy = SignalPolicy(say=lambda text: console.print(f"[yellow]{text}[/]"))
     # Installed for the rendering too: a signal there must not lose the report.
     with policy.installed():
-        outcome = run_scenario(loaded, settings=settings, signals=policy, hooks=hooks)
+        try:
+            outcome = run_scenario(loaded, settings=settings, signals=policy, events=events)
+        finally:
+            live.stop()  # idempotent; a run that raised must not leave the display running
         for err in outcome.report_errors:
             console.print(f"[red]report error[/] {err}")
     return outcome.journal

@@ -25,9 +25,13 @@ from faultday.core.journal import JOURNAL_NAME, read_journal
 from faultday.errors import UsageError
 
 if TYPE_CHECKING:
-    from faultday.core.journal import Journal
-    from faultday.engine.runner import Status
-    from faultday.report.gameday import GameDayPreflight
+    from faultday.core.events import (
+        PreflightDone,
+        PreflightStarted,
+        ScenarioEnded,
+        ScenarioStarted,
+        Status,
+    )
 
 # The modules behind these commands are imported inside them: ``faultday --help``
 # and every other command load this module, and the engine and matplotlib are slow.
@@ -148,7 +152,7 @@ def gameday(
     The first scenario's stack is checked first (``faultday preflight``); the game day
     refuses to start on a failure unless ``--skip-preflight`` is given."""
     # Start-up time: `faultday --help` loads this module; the game day and renderers load on use.
-    from faultday.gameday import Progress as GameDayProgress  # noqa: PLC0415
+    from faultday.core.events import RunEvents  # noqa: PLC0415
     from faultday.gameday import run_gameday  # noqa: PLC0415
     from faultday.report.view import scenario_name  # noqa: PLC0415
     from faultday.session import SignalPolicy  # noqa: PLC0415
@@ -166,16 +170,19 @@ def gameday(
         disable=not show,
     )
     tasks: dict[str, TaskID] = {}
+    events = RunEvents()
 
-    def on_start(i: int, n: int, name: str) -> None:
+    @events.scenario_started.add_listener
+    def on_start(ev: ScenarioStarted) -> None:
         if "all" not in tasks:
-            tasks["all"] = bar.add_task("game day", total=n)
+            tasks["all"] = bar.add_task("game day", total=ev.total)
         if "one" in tasks:
             bar.remove_task(tasks.pop("one"))
-        tasks["one"] = bar.add_task(f"  {name}", total=None)
+        tasks["one"] = bar.add_task(f"  {ev.scenario}", total=None)
         if not show:
-            console.print(f"[{i + 1}/{n}] {name} …")
+            console.print(f"[{ev.index + 1}/{ev.total}] {ev.scenario} …")
 
+    @events.status.add_listener
     def on_status(st: Status) -> None:
         if "one" in tasks:
             bar.update(
@@ -185,20 +192,26 @@ def gameday(
                 description=f"  {st.phase} · faults: {', '.join(st.active_faults) or '—'}",
             )
 
-    def on_done(i: int, n: int, journal: Journal) -> None:
-        bar.update(tasks["all"], completed=i + 1)
+    @events.scenario_ended.add_listener
+    def on_done(ev: ScenarioEnded) -> None:
+        if "all" in tasks:
+            bar.advance(tasks["all"])
+        journal = ev.journal
         v = journal.verdict
         colour = {"passed": "green", "failed": "red"}.get(v, "yellow")
         bar.console.print(f"[{colour}]{v.upper():8}[/] {scenario_name(journal)} — {journal.reason}")
 
-    def on_preflight(profile: str) -> None:
+    @events.preflight_started.add_listener
+    def on_preflight(ev: PreflightStarted) -> None:
+        profile = ev.profile
         if Path(profile).is_relative_to(Path.cwd()):
             profile = str(Path(profile).relative_to(Path.cwd()))
         tasks["preflight"] = bar.add_task(f"preflight of {profile}", total=None)
         if not show:
             console.print(f"preflight of {profile} …")
 
-    def on_preflight_done(pre: GameDayPreflight) -> None:
+    @events.preflight_done.add_listener
+    def on_preflight_done(pre: PreflightDone) -> None:
         if "preflight" in tasks:
             bar.remove_task(tasks.pop("preflight"))
         colour = {"passed": "green", "skipped": "dim"}.get(pre.verdict, "red")
@@ -212,13 +225,7 @@ def gameday(
             report_dir=report_dir,
             reuse_stack=not fresh_stack,
             runbook_stack=runbook_stack,
-            progress=GameDayProgress(
-                on_start=on_start,
-                on_status=on_status,
-                on_done=on_done,
-                on_preflight=on_preflight,
-                on_preflight_done=on_preflight_done,
-            ),
+            events=events,
             signals=policy,
             preflight=not skip_preflight,
         )

@@ -8,18 +8,26 @@ journals this produces.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
-from faultday.core.journal import Journal
+from faultday.core.events import (
+    EventHook,
+    GameDayEnded,
+    PreflightDone,
+    PreflightStarted,
+    RunEvents,
+    ScenarioStarted,
+)
+from faultday.core.journal import Journal, RunVerdict
 from faultday.core.profile import load_profile
-from faultday.engine.runner import Status
 from faultday.errors import ScenarioError, UsageError
 from faultday.preflight.runner import PreflightOptions, run_preflight
 from faultday.report.gameday import (
     GAMEDAY_PREFIX,
+    VERDICT_RANK,
     GameDay,
     GameDayPreflight,
     find_previous,
@@ -30,7 +38,6 @@ from faultday.report.gameday import (
 from faultday.report.runbooks import ComponentFact, Driver, StackFacts, driver_for, policy_facts
 from faultday.scenario.loader import LoadedScenario, find_scenarios, load_scenario, stack_ref
 from faultday.session import (
-    Hooks,
     Settings,
     SignalPolicy,
     StackPool,
@@ -40,18 +47,27 @@ from faultday.session import (
 
 log = logging.getLogger(__name__)
 
+P = TypeVar("P")
 
-@dataclass(slots=True)
-class Progress:
-    """Callbacks for a live display; all optional."""
 
-    on_start: Callable[[int, int, str], None] | None = None
-    on_status: Callable[[Status], None] | None = None
-    on_done: Callable[[int, int, Journal], None] | None = None
-    #: the preflight of this stack profile starts (not called when it is skipped)
-    on_preflight: Callable[[str], None] | None = None
-    #: the preflight's outcome, also when skipped
-    on_preflight_done: Callable[[GameDayPreflight], None] | None = None
+class _Firing:
+    """Fires the game day's own hooks; a listener that raised (logged at ERROR by the hook)
+    is noted on the scorecard and makes the game day's verdict error."""
+
+    def __init__(self, events: RunEvents) -> None:
+        self.events = events
+        self.failures: list[str] = []
+
+    def fire(self, hook: EventHook[P], payload: P) -> None:
+        self.failures += [f.describe() for f in hook.fire(payload)]
+
+    def settle(self, gd: GameDay) -> None:
+        """Note the failures so far on the scorecard; its verdict becomes error."""
+        if not self.failures:
+            return
+        gd.stack_notes.extend(self.failures)
+        self.failures = []
+        gd.verdict = max(gd.verdict, RunVerdict.ERROR, key=lambda v: VERDICT_RANK[v])
 
 
 def load_suite(
@@ -85,7 +101,7 @@ def run_gameday(
     report_dir: Path = Path("reports"),
     base_dir: Path | None = None,
     reuse_stack: bool = True,
-    progress: Progress | None = None,
+    events: RunEvents | None = None,
     runbook_stack: str | None = None,
     signals: SignalPolicy | None = None,
     preflight: bool = True,
@@ -95,11 +111,12 @@ def run_gameday(
     ``signals`` is the command's installed policy: each run is attached to it, and
     once it has been asked to stop no further scenario starts. ``preflight`` first
     checks the first scenario's stack (``faultday preflight``); on a failure no
-    scenario runs.
+    scenario runs. ``events`` are the hooks the game day and each of its runs fire
+    (core/events.py): a display subscribes once for the whole game day.
     """
     base = base_dir or Path.cwd()
     suite = load_suite(paths, tags=tags, base_dir=base)
-    prog = progress or Progress()
+    firing = _Firing(events or RunEvents())
     folder = _new_folder(report_dir, now := datetime.now(UTC))
     gd = GameDay(
         id=folder.name,
@@ -114,11 +131,14 @@ def run_gameday(
     journals: list[Journal] = []
     try:
         gd.preflight = _preflight(
-            suite, folder=folder, base=base, pool=pool, enabled=preflight, progress=prog
+            suite, folder=folder, base=base, pool=pool, enabled=preflight, firing=firing
         )
         gd.write(folder)
-        if prog.on_preflight_done:
-            prog.on_preflight_done(gd.preflight)
+        pre = gd.preflight
+        firing.fire(
+            firing.events.preflight_done,
+            PreflightDone(pre.verdict, pre.reason, tuple(pre.problems)),
+        )
         if gd.preflight.verdict not in ("passed", "skipped"):
             gd.stack_notes.append("preflight did not pass: no scenario was started")
             suite = []
@@ -126,29 +146,31 @@ def run_gameday(
             if signals is not None and signals.stop_requested:
                 gd.stack_notes.append(f"stopped before {loaded.scenario.name}")
                 break
-            if prog.on_start:
-                prog.on_start(i, len(suite), loaded.scenario.name)
+            firing.fire(
+                firing.events.scenario_started,
+                ScenarioStarted(loaded.scenario.name, i, len(suite)),
+            )
             outcome = run_scenario(
-                loaded,
-                settings=settings,
-                pool=pool,
-                signals=signals,
-                hooks=Hooks(on_status=prog.on_status),
+                loaded, settings=settings, pool=pool, signals=signals, events=firing.events
             )
             for err in outcome.report_errors:
                 log.error("report error: %s", err)
             journals.append(outcome.journal)
             gd.scenarios.append(summarize(outcome.journal, folder))
             gd.write(folder)
-            if prog.on_done:
-                prog.on_done(i, len(suite), outcome.journal)
     finally:
         if pool is not None:
             pool.close()
         gd.ended = datetime.now(UTC).timestamp()
         overall(gd)
+        firing.settle(gd)
         previous = find_previous(report_dir, gd)
         gd.previous = previous.id if previous else None
+        firing.fire(
+            firing.events.gameday_ended,
+            GameDayEnded(gd.id, folder, gd.verdict, gd.score, len(gd.scenarios)),
+        )
+        firing.settle(gd)
         gd.write(folder)
         stack = runbook_stack or _suite_stack(suite)
         render_gameday(
@@ -173,7 +195,7 @@ def _preflight(
     base: Path,
     pool: StackPool | None,
     enabled: bool,
-    progress: Progress,
+    firing: _Firing,
 ) -> GameDayPreflight:
     """Preflight the first scenario's stack: the pool's (then reused by the scenario) or its own."""
     if not enabled:
@@ -190,8 +212,7 @@ def _preflight(
     )
     where = folder / PREFLIGHT_DIR
     where.mkdir()
-    if progress.on_preflight:
-        progress.on_preflight(options.profile)
+    firing.fire(firing.events.preflight_started, PreflightStarted(options.profile))
     try:
         stack = pool.get(first) if pool is not None else None
     except Exception as exc:  # a stack that does not start fails the preflight

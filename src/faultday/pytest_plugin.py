@@ -7,17 +7,21 @@ Collected through pytest's public non-Python-test hooks (``pytest_collect_file``
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from faultday.core.events import RunEvents, RunStarted, ScenarioEnded
 from faultday.core.journal import Journal, RunVerdict
 from faultday.core.ledger import Ledger
 from faultday.core.preflight import load_preflight_file
 from faultday.core.profile import load_profile
+from faultday.core.protocols import StackDriver
+from faultday.core.targets import Revert, Target
 from faultday.errors import ScenarioError
 from faultday.injectors.base import injector_registry
 from faultday.scenario.loader import SUFFIX, LoadedScenario, load_scenario
@@ -179,6 +183,9 @@ class ScenarioItem(pytest.Item):
         from faultday.session import Overrides, Settings, run_scenario  # noqa: PLC0415
 
         opt = self.config.getoption
+        events = RunEvents()
+        events.run_started.add_listener(self._run_started)
+        events.scenario_ended.add_listener(self._scenario_ended)
         outcome = run_scenario(
             self.loaded,
             settings=Settings(
@@ -188,16 +195,22 @@ class ScenarioItem(pytest.Item):
             ),
             overrides=Overrides(stack=opt("faultday_stack"), policy=opt("faultday_policy")),
             pool=_pool(self.config),
+            events=events,
         )
         journal = outcome.journal
-        self.stash[REPORT_KEY] = outcome.run_dir
-        self.user_properties.append(("faultday_verdict", str(journal.verdict)))
-        self.user_properties.append(("faultday_run_dir", str(outcome.run_dir)))
         naive = outcome.scenario.metadata.naive
         if naive is not None and outcome.scenario.spec.policy == "naive":
             raise ScenarioFailed(journal, note=_naive_note(journal, naive.fails, naive.because))
         if journal.verdict != RunVerdict.PASSED:
             raise ScenarioFailed(journal)
+
+    def _run_started(self, ev: RunStarted) -> None:
+        # Known from the start: a report folder to look in even if the run goes wrong.
+        self.stash[REPORT_KEY] = ev.run_dir
+        self.user_properties.append(("faultday_run_dir", str(ev.run_dir)))
+
+    def _scenario_ended(self, ev: ScenarioEnded) -> None:
+        self.user_properties.append(("faultday_verdict", str(ev.journal.verdict)))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, ScenarioFailed):
@@ -244,15 +257,24 @@ def _describe_failure(j: Journal) -> str:
 
 
 class SessionStack:
-    """One stack for the whole session; components a test left unhealthy are restarted."""
+    """One stack for the whole session; components a test left unhealthy are restarted.
 
-    def __init__(self, stack: Any, run_dir: Path, ledger: Any) -> None:
+    ``stack`` is the driver itself (everything a ``StackDriver`` offers); ``target`` and
+    ``endpoints`` are here because tests ask for them most.
+    """
+
+    def __init__(self, stack: StackDriver, run_dir: Path, ledger: Ledger) -> None:
         self.stack = stack
         self.run_dir = run_dir
         self.ledger = ledger
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.stack, name)
+    def target(self, name: str) -> Target:
+        """A component or an edge of the stack, as an injector gets it."""
+        return self.stack.target(name)
+
+    def endpoints(self) -> dict[str, str]:
+        """Component → base URL (or host:port)."""
+        return self.stack.endpoints()
 
     def heal(self) -> list[str]:
         """Restart every component whose process is gone; return their names."""
@@ -293,20 +315,23 @@ class _Ctx:
     """FaultContext over the session stack."""
 
     def __init__(self, stack: SessionStack) -> None:
-        self._stack = stack
         self.run_dir = stack.run_dir
         self.live = True
-        self.stack = stack.stack
+        self.stack: StackDriver = stack.stack
 
-    def target(self, name: str) -> Any:
-        return self._stack.stack.target(name)
+    def target(self, name: str) -> Target:
+        return self.stack.target(name)
 
     def restart(self, component: str, *, timeout: float) -> None:
-        self._stack.stack.restart(component, timeout=timeout)
+        self.stack.restart(component, timeout=timeout)
+
+
+#: ``inject(injector, target=..., name=..., **params)``: a context manager around one fault.
+Inject = Callable[..., AbstractContextManager[Revert]]
 
 
 @pytest.fixture
-def inject(faultday_stack: SessionStack) -> Iterator[Any]:
+def inject(faultday_stack: SessionStack) -> Iterator[Inject]:
     """``with inject("process_pause", target="ticker"):`` — a fault for the block, always reverted.
 
     The revert is in the session's ledger before the fault acts, like in a run;
@@ -318,7 +343,7 @@ def inject(faultday_stack: SessionStack) -> Iterator[Any]:
     @contextlib.contextmanager
     def _inject(
         injector: str, *, target: str, name: str = "python", **params: Any
-    ) -> Iterator[Any]:
+    ) -> Iterator[Revert]:
         inj = registry.get(injector)()
         parsed = inj.parse(params)
         ctx = _Ctx(faultday_stack)

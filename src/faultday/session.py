@@ -27,12 +27,13 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
+from faultday.core.events import RunEvents, ScenarioEnded
 from faultday.core.journal import Journal, RunVerdict
 from faultday.core.ledger import Ledger
 from faultday.core.plugins import DRIVERS, Registry, did_you_mean
@@ -40,7 +41,7 @@ from faultday.core.profile import EDGE_SEP, load_profile
 from faultday.core.protocols import StackDriver
 from faultday.core.scenario import Scenario
 from faultday.core.targets import TargetKind
-from faultday.engine.runner import Run, RunOptions, Status
+from faultday.engine.runner import Run, RunOptions
 from faultday.engine.stacks import build_stack, default_stack_factory
 from faultday.errors import UsageError
 from faultday.report.render import render_all
@@ -85,16 +86,6 @@ class Settings:
 
 
 @dataclass(frozen=True, slots=True)
-class Hooks:
-    """What a command shows while a scenario runs; all optional."""
-
-    on_run: Callable[[Run], None] | None = None  # the run and its folder exist; nothing started
-    on_status: Callable[[Status], None] | None = None
-    # Held while the run executes (a live display); not while the reports are rendered.
-    display: Callable[[], AbstractContextManager[object]] | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class Outcome:
     """A finished scenario: its journal (reports rendered) and the reporters that failed."""
 
@@ -111,15 +102,17 @@ def run_scenario(
     overrides: Overrides | None = None,
     pool: StackPool | None = None,
     signals: SignalPolicy | None = None,
-    hooks: Hooks | None = None,
+    events: RunEvents | None = None,
 ) -> Outcome:
     """Run one scenario to its journal and reports; the stack comes from ``pool`` if given.
 
     ``signals`` is the command's installed policy: the run is attached to it, and a
     second signal while the shared stack starts stops the run instead of escaping.
+    ``events`` are the hooks the run fires (core/events.py); this fires ``scenario_ended``
+    once the journal is final, before the reports are rendered.
     """
     loaded = (overrides or Overrides()).apply(loaded)
-    hooks = hooks or Hooks()
+    events = events or RunEvents()
     check_driver(settings.driver)
     options = RunOptions(
         time_scale=settings.time_scale,
@@ -127,19 +120,19 @@ def run_scenario(
         base_dir=settings.base_dir,
         driver=settings.driver,
         driver_config=settings.driver_config,
+        events=events,
     )
-    options.on_status = hooks.on_status
     the_run = Run(loaded, options)
-    if hooks.on_run is not None:
-        hooks.on_run(the_run)
     if signals is not None:
         signals.attach(the_run)
     if pool is not None:
         options.shared_stack = _shared_stack(pool, the_run, signals)
-    with hooks.display() if hooks.display is not None else nullcontext():
-        journal = the_run.execute(default_stack_factory)
+    journal = the_run.execute(default_stack_factory)
     if pool is not None and options.shared_stack is not None:
         pool.after(journal)
+    the_run.fire_after_end(
+        events.scenario_ended, ScenarioEnded(loaded.scenario.name, journal, the_run.run_dir)
+    )
     errors = render_all(journal, the_run.run_dir)
     return Outcome(loaded.scenario, journal, the_run.run_dir, tuple(errors))
 

@@ -11,8 +11,8 @@ import psutil
 import pytest
 from tests.conftest import wait_for
 
+from faultday.core.events import FaultApplied
 from faultday.core.loadconfig import HttpRequestSpec, Shape, ShapeSpec, users_at
-from faultday.core.protocols import FaultWatcher
 from faultday.core.scenario import Scenario
 from faultday.engine.participants import participants_for
 from faultday.load.runner import LoadOptions, LocustLoad
@@ -172,20 +172,22 @@ def test_shapes() -> None:
 
 
 def test_scraper_looks_again_as_soon_as_a_fault_acts(tmp_path: Path, ok_server: str) -> None:
-    """A replica its fault kills may exit before the next round: the engine pokes the scraper."""
+    """A replica its fault kills may exit before the next round: the scraper listens to the
+    run's fault_applied hook, from its start to its stop."""
     sc = scenario("30s", warmup="0s", workload="none")
     run = StandaloneRun(sc, tmp_path, {"agent": ok_server})
     scraper = MetricsScraper(interval=30.0)  # one round at start, the next 30 s later
-    assert isinstance(scraper, FaultWatcher)  # so the engine calls it after each injection
+    applied = FaultApplied("xid79", "gpu_xid", "agent", 1.0)
     scraper.start(run)
     try:
         wait_for(lambda: scraper.stats.rounds >= 1, 10, "the first scrape round")
         time.sleep(0.3)
         assert scraper.stats.rounds == 1
-        scraper.fault_injected("xid79", target="agent")
+        assert run.events.fault_applied.fire(applied) == []
         wait_for(lambda: scraper.stats.rounds >= 2, 5, "a round right after the fault")
     finally:
         scraper.stop()
+    assert len(run.events.fault_applied) == 0  # unsubscribed when it stopped
 
 
 def test_scraper_parses_prometheus_text(tmp_path: Path, ok_server: str) -> None:

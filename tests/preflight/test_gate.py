@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from tests.conftest import faultday
 
+from faultday.core.events import RunEvents
 from faultday.core.exits import ExitCode
 from faultday.core.journal import RunVerdict
 from faultday.core.vocab import Verdict
-from faultday.gameday import Progress, run_gameday
+from faultday.gameday import run_gameday
 from faultday.preflight.runner import PreflightOptions, run_preflight
 from faultday.report.gameday import read_gameday
 
@@ -81,12 +82,13 @@ def test_skip_preflight_runs_the_game_day_and_the_scorecard_says_it_was_skipped(
 def test_a_passing_preflight_shares_its_stack_with_the_first_scenario(tmp_path: Path) -> None:
     suite = _suite(tmp_path / "s", mlen=8192)
     events: list[str] = []
-    progress = Progress(
-        on_preflight=lambda profile: events.append(f"preflight {Path(profile).name}"),
-        on_preflight_done=lambda pre: events.append(f"preflight {pre.verdict}"),
-        on_start=lambda i, n, name: events.append(f"start {name}"),
+    hooks = RunEvents()
+    hooks.preflight_started.add_listener(
+        lambda ev: events.append(f"preflight {Path(ev.profile).name}")
     )
-    gd, _ = run_gameday([suite], report_dir=tmp_path / "r", base_dir=tmp_path, progress=progress)
+    hooks.preflight_done.add_listener(lambda ev: events.append(f"preflight {ev.verdict}"))
+    hooks.scenario_started.add_listener(lambda ev: events.append(f"start {ev.scenario}"))
+    gd, _ = run_gameday([suite], report_dir=tmp_path / "r", base_dir=tmp_path, events=hooks)
     assert gd.preflight is not None and gd.preflight.verdict == "passed", gd.preflight
     assert [(s.verdict, s.reason) for s in gd.scenarios] == [
         (RunVerdict.PASSED, "the one check passed")

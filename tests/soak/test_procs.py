@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from faultday.core.clock import Clock
+from faultday.core.events import RunEvents
 from faultday.core.records import Observations
 from faultday.core.targets import Target, TargetKind
 from faultday.observe.procs import FDS, RSS, ProcessSampler
@@ -58,7 +59,8 @@ class View:
     run_dir: Path
     clock: Clock = field(default_factory=Clock)
     observations: Observations = field(default_factory=Observations)
-    events: list[tuple[str, dict[str, object]]] = field(default_factory=list)
+    timeline: list[tuple[str, dict[str, object]]] = field(default_factory=list)
+    events: RunEvents = field(default_factory=RunEvents)
     scenario: SimpleNamespace = field(
         default_factory=lambda: SimpleNamespace(spec=SimpleNamespace(warmup=0.0))
     )
@@ -71,7 +73,7 @@ class View:
         return Target(name=name, kind=TargetKind.COMPONENT, pid=self.pids[name])
 
     def event(self, kind: str, message: str = "", **data: object) -> None:
-        self.events.append((kind, data))
+        self.timeline.append((kind, data))
 
 
 @pytest.fixture
@@ -122,9 +124,9 @@ def test_the_tree_is_summed_and_a_restart_followed(
         sampler.stop()  # idempotent
     assert sampler.gone >= 1
     assert last(view, RSS, "app") > 70 * MIB  # the new PID, sampled
-    kinds = [k for k, _ in view.events]
+    kinds = [k for k, _ in view.timeline]
     assert kinds == ["procs.started", "procs.stopped"]
-    assert view.events[0][1] == {"components": ["app"], "without_pid": ["remote"]}
-    stopped = view.events[1][1]
+    assert view.timeline[0][1] == {"components": ["app"], "without_pid": ["remote"]}
+    stopped = view.timeline[1][1]
     assert stopped["rounds"] == sampler.rounds and sampler.rounds > 5
     assert all(s.t >= 0 for s in view.observations.samples)  # scenario seconds, warm-up 0

@@ -24,6 +24,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel
 
 from faultday.core.clock import Clock
+from faultday.core.events import RunEvents
 from faultday.core.ledger import Ledger
 from faultday.core.records import Observations
 from faultday.core.scenario import Scenario
@@ -244,6 +245,12 @@ class RunView(Protocol):
         """The run's stack once it is up (a load host may run the load itself)."""
         ...
 
+    @property
+    def events(self) -> RunEvents:
+        """The run's hooks: a participant that looks again when a fault acts (the metrics
+        scraper, the process sampler) listens to ``fault_applied`` from ``start`` to ``stop``."""
+        ...
+
     def endpoints(self) -> dict[str, str]: ...
 
     def target(self, name: str) -> Target: ...
@@ -268,17 +275,6 @@ class Participant(Protocol):
 
     def stop(self) -> None:
         """Stop and flush everything observed; bounded in time; idempotent."""
-        ...
-
-
-@runtime_checkable
-class FaultWatcher(Protocol):
-    """A participant that looks again right after a fault acts: the metrics scraper, since a
-    replica that dies of its fault (Xid 79) may be gone before its next round."""
-
-    def fault_injected(self, fault: str, *, target: str) -> None:
-        """Called on the engine's thread right after ``fault`` took effect on ``target``;
-        must not block."""
         ...
 
 

@@ -6,12 +6,12 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
+from faultday.core.events import Status
 from faultday.core.scenario import Scenario
-from faultday.engine.runner import Status
 
 
 class StatusView:
-    """A rich renderable updated from the engine's Status callbacks."""
+    """A rich renderable: ``events.status.add_listener(view.update)`` keeps it current."""
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario

@@ -8,15 +8,28 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, JsonValue
 
 from faultday import __version__
 from faultday.checks.base import check_registry
 from faultday.core.clock import Clock
+from faultday.core.events import (
+    AbortTripped,
+    CheckEvaluated,
+    EventHook,
+    FaultApplied,
+    FaultReverted,
+    PhaseEntered,
+    RunEvents,
+    RunStarted,
+    StackUp,
+    Status,
+)
 from faultday.core.journal import (
     Journal,
     JournalCheck,
@@ -26,7 +39,7 @@ from faultday.core.journal import (
     RunVerdict,
 )
 from faultday.core.ledger import Ledger
-from faultday.core.protocols import FaultWatcher, Interruptible, StackDriver
+from faultday.core.protocols import Interruptible, StackDriver
 from faultday.core.records import Observations
 from faultday.core.scenario import CheckSpec, Fault, Scenario
 from faultday.core.targets import Revert, Target
@@ -43,17 +56,7 @@ log = logging.getLogger(__name__)
 
 TICK = 0.1  # real seconds between looks at the schedule, abort conditions and stop requests
 
-
-@dataclass(frozen=True, slots=True)
-class Status:
-    """What the live display shows; sent to ``on_status`` on every change and tick."""
-
-    phase: Phase
-    t: float
-    duration: float
-    active_faults: tuple[str, ...]
-    requests: int
-    errors: int
+P = TypeVar("P")
 
 
 @dataclass(slots=True)
@@ -62,7 +65,8 @@ class RunOptions:
     report_dir: Path = Path("reports")
     base_dir: Path = Path()
     run_dir: Path | None = None  # default: <report_dir>/<timestamp>-<scenario>
-    on_status: Callable[[Status], None] | None = None
+    # The hooks the run fires (core/events.py); one object may serve many runs.
+    events: RunEvents = field(default_factory=RunEvents)
     participants: list[Participant] | None = None  # None = what the scenario asks for
     # A stack that is already up and outlives this run (game days, the pytest plugin):
     # the run neither starts nor stops it, but still reverts every fault it made.
@@ -127,6 +131,7 @@ class Run:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ledger = Ledger.in_dir(self.run_dir)
         self.stack: StackDriver | None = None
+        self.events = options.events
         self.phase = Phase.SETUP
         self.active: dict[str, _ActiveFault] = {}
         self.fault_log: dict[str, JournalFault] = {
@@ -216,6 +221,26 @@ class Run:
             self.journal.errors.append(message)
         self.event(EventKind.ERROR, message)
 
+    def _fire(self, hook: EventHook[P], payload: P) -> None:
+        """Fire a hook; a listener that raised is journaled as an error (the verdict becomes
+        error) and never interrupts the run or a revert."""
+        for failure in hook.fire(payload):
+            with self._lock:
+                self.journal.errors.append(failure.describe())
+            self.event(EventKind.ERROR, failure.describe())
+
+    def fire_after_end(self, hook: EventHook[P], payload: P) -> None:
+        """Fire a hook once the run is over (``scenario_ended``): a listener's failure is
+        journaled, the verdict becomes error and the journal is written again."""
+        before = len(self.journal.errors)
+        self._fire(hook, payload)
+        if len(self.journal.errors) == before:
+            return
+        if self.journal.verdict in (RunVerdict.PASSED, RunVerdict.FAILED):
+            self.journal.verdict = RunVerdict.ERROR
+            self.journal.reason = self.journal.errors[before]
+        self.journal.write(self.run_dir)
+
     def request_stop(self, reason: str) -> None:
         """Ask the run to stop: reverts run, verdict aborted (safe from a signal handler)."""
         self._stop_reason = self._stop_reason or reason
@@ -241,6 +266,10 @@ class Run:
     def execute(self, stack_factory: Callable[[Run], StackDriver]) -> Journal:
         """Run every phase; always revert, stop the stack and write the journal."""
         try:
+            self._fire(
+                self.events.run_started,
+                RunStarted(self.scenario.name, self.journal.run_id, self.run_dir),
+            )
             self._set_phase(Phase.STACK_UP)
             self._check_stop()
             if self.options.shared_stack is not None:
@@ -249,6 +278,7 @@ class Run:
                 self.stack = stack = stack_factory(self)
                 stack.up()
             self._check_stop()
+            self._stack_up()
             self._describe_stack()
             self._start_participants()
             self._check_stop()
@@ -279,13 +309,21 @@ class Run:
         except OSError as exc:  # a full disk must not stop the reverts that follow
             log.error("cannot note phase %s in the ledger: %s", phase, exc)  # noqa: TRY400
         self.event(EventKind.PHASE, str(phase))
+        self._fire(self.events.phase, PhaseEntered(phase, self._event_time()))
         self._status()
 
-    def _status(self) -> None:
-        if self.options.on_status is None:
+    def _stack_up(self) -> None:
+        if self.stack is None:
             return
+        shared = self.options.shared_stack is not None
+        self._fire(self.events.stack_up, StackUp(self.stack.driver, shared, self.stack.run_dir))
+
+    def _status(self) -> None:
+        if not self.events.status:
+            return  # nobody shows it: no need to count the requests
         reqs = self.observations.requests
-        self.options.on_status(
+        self._fire(
+            self.events.status,
             Status(
                 phase=self.phase,
                 t=self.clock.now()
@@ -295,7 +333,7 @@ class Run:
                 active_faults=tuple(self.active),
                 requests=len(reqs),
                 errors=sum(1 for r in reqs if not r.ok),
-            )
+            ),
         )
 
     def _describe_stack(self) -> None:
@@ -402,9 +440,10 @@ class Run:
             target=fault.target,
             injector=fault.inject,
         )
-        for p in self._started_participants:
-            if isinstance(p, FaultWatcher):
-                p.fault_injected(fault.name, target=fault.target)
+        self._fire(
+            self.events.fault_applied,
+            FaultApplied(fault.name, fault.inject, fault.target, round(now, 4)),
+        )
         active = _ActiveFault(fault, injector, params, revert, now)
         if fault.duration is None or injector.one_shot:
             self._revert_one(active)  # one-shot: undo (e.g. restart) right away
@@ -421,6 +460,7 @@ class Run:
             entry.revert_ok = False
             entry.error = entry.error or f"revert failed: {exc}"
             self.error(f"revert of {active.fault.name!r} on {active.fault.target} failed: {exc}")
+            self._fire_reverted(active, ok=False, error=str(exc))
             return False
         self.ledger.revert_done(active.revert, ok=True)
         entry.reverted_at = round(self.clock.now(), 4)
@@ -431,7 +471,15 @@ class Run:
             fault=active.fault.name,
             target=active.fault.target,
         )
+        self._fire_reverted(active, ok=True)
         return True
+
+    def _fire_reverted(self, active: _ActiveFault, *, ok: bool, error: str = "") -> None:
+        f = active.fault
+        t = round(self.clock.now(), 4)
+        self._fire(
+            self.events.fault_reverted, FaultReverted(f.name, f.inject, f.target, t, ok, error)
+        )
 
     def revert_all(self) -> None:
         """Undo every fault still outstanding in the ledger, last in first out."""
@@ -458,7 +506,9 @@ class Run:
             result = self._evaluate(spec, window)
             if result.verdict == Verdict.FAILED:
                 self._record_check(Section.ABORT, spec, result)
-                self.request_stop(f"abort condition tripped: {result.describe()}")
+                reason = f"abort condition tripped: {result.describe()}"
+                self._fire(self.events.abort_tripped, AbortTripped(reason, spec.check, now))
+                self.request_stop(reason)
 
     # ---- checks -------------------------------------------------------------------
     def _evaluate(self, spec: CheckSpec, window: Window) -> CheckResult:
@@ -498,6 +548,18 @@ class Run:
                 message=result.message,
                 params=dict(spec.params),
             )
+        )
+        self._fire(
+            self.events.check_evaluated,
+            CheckEvaluated(
+                section,
+                result.check,
+                result.label,
+                result.window,
+                result.verdict,
+                result.expected,
+                result.observed,
+            ),
         )
 
     def _live_evaluations(self) -> list[tuple[float, int, CheckSpec, Window]]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from faultday.core.clock import Clock
+from faultday.core.events import RunEvents
 from faultday.core.ledger import Ledger
 from faultday.core.protocols import StackDriver
 from faultday.core.records import Observations
@@ -27,7 +28,8 @@ class StandaloneRun:
     urls: dict[str, str]
     clock: Clock = field(default_factory=Clock)
     observations: Observations = field(default_factory=Observations)
-    events: list[tuple[str, str, dict[str, object]]] = field(default_factory=list)
+    timeline: list[tuple[str, str, dict[str, object]]] = field(default_factory=list)
+    events: RunEvents = field(default_factory=RunEvents)  # fired by whoever drives the run
     errors: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -47,7 +49,7 @@ class StandaloneRun:
 
     def event(self, kind: str, message: str = "", **data: object) -> None:
         with self._lock:
-            self.events.append((kind, message, data))
+            self.timeline.append((kind, message, data))
         log.info("%s %s", kind, message)
 
     def error(self, message: str) -> None:

@@ -21,6 +21,7 @@ import time
 
 import psutil
 
+from faultday.core.events import FaultApplied, FaultReverted
 from faultday.core.protocols import RunView
 from faultday.core.records import Sample
 from faultday.core.timebase import TimeBase
@@ -101,6 +102,9 @@ class ProcessSampler:
         )
         self._thread = threading.Thread(target=self._loop, name="procs", daemon=True)
         self._thread.start()
+        # A fault or its revert may restart a component (a new PID).
+        run.events.fault_applied.add_listener(self.fault_acted)
+        run.events.fault_reverted.add_listener(self.fault_acted)
 
     def _resolve(self) -> None:
         """Look up each component's PID through the driver (a restart changes it)."""
@@ -156,8 +160,9 @@ class ProcessSampler:
         self.rounds += 1
         run.observations.add_samples(samples)
 
-    def fault_injected(self, fault: str, *, target: str) -> None:
-        """A fault acted (a restart, a kill): look the PIDs up again before the next round."""
+    def fault_acted(self, _event: FaultApplied | FaultReverted) -> None:
+        """A fault or its revert acted (a restart, a kill): look the PIDs up again before the
+        next round. The run's listener, on the engine's thread: it only sets a flag."""
         self._stale.set()
 
     def stop(self) -> None:
@@ -167,6 +172,8 @@ class ProcessSampler:
             self._thread = None
         run, self._run = self._run, None
         if run is not None:
+            run.events.fault_applied.remove_listener(self.fault_acted)
+            run.events.fault_reverted.remove_listener(self.fault_acted)
             run.event(
                 EventKind.PROCS_STOPPED, f"{self.rounds} rounds", rounds=self.rounds, gone=self.gone
             )

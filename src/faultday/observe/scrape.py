@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from faultday.core.events import FaultApplied
 from faultday.core.protocols import RunView
 from faultday.core.records import Sample
 from faultday.core.timebase import TimeBase
@@ -82,6 +83,8 @@ class MetricsScraper:
         self._real = max(MIN_REAL_INTERVAL, run.clock.wall(self.interval))
         self._thread = threading.Thread(target=self._loop, name="scrape", daemon=True)
         self._thread.start()
+        # A replica that dies of its fault (Xid 79) may be gone before the next round.
+        run.events.fault_applied.add_listener(self.fault_applied)
         run.event(
             EventKind.SCRAPE_STARTED,
             f"{len(self._urls)} components every {self.interval:g}s",
@@ -104,7 +107,7 @@ class MetricsScraper:
                 self._wake.wait(max(0.0, nxt - time.monotonic()))
                 if self._wake.is_set() and not self._stop.is_set():
                     self._wake.clear()
-                    nxt = time.monotonic()  # a fault acted: look now (FaultWatcher)
+                    nxt = time.monotonic()  # a fault acted: look now (fault_applied)
 
     def scrape_once(self, client: httpx.Client, skip: set[str]) -> None:
         assert self._run is not None
@@ -135,14 +138,18 @@ class MetricsScraper:
         self.stats.rounds += 1
         self._run.observations.add_samples(samples)
 
-    def fault_injected(self, fault: str, *, target: str) -> None:
-        """A fault took effect: scrape now, its target first, before a replica it kills exits."""
-        self._first = target
+    def fault_applied(self, applied: FaultApplied) -> None:
+        """A fault took effect: scrape now, its target first, before a replica it kills exits.
+
+        The run's ``fault_applied`` listener, on the engine's thread: it only wakes the loop."""
+        self._first = applied.target
         self._wake.set()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        if self._run is not None:
+            self._run.events.fault_applied.remove_listener(self.fault_applied)
         if self._thread is not None:
             self._thread.join(5.0)
             self._thread = None
