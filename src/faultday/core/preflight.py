@@ -12,15 +12,27 @@ Strings in a golden request (path, body, expectations) are templates:
 
 from __future__ import annotations
 
+import json
 import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from jsonschema import SchemaError
+from jsonschema.validators import validator_for
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+)
+from pydantic_core import PydanticCustomError
 
 from faultday.core.types import Duration
-from faultday.core.yamlpos import parse_file, validation_problems
+from faultday.core.yamlpos import by_position, parse_file, validation_problems
 from faultday.errors import ScenarioError
 
 
@@ -38,6 +50,47 @@ def _compiles(value: str | None) -> str | None:
 
 
 Regex = Annotated[str, AfterValidator(_compiles)]
+
+_SCHEMA_EXAMPLE = "{type: object, required: [query]}"
+_JSON_TYPES = "array, boolean, integer, null, number, object, string"
+_KINDS = {
+    list: "a list",
+    str: "a string",
+    bool: "true or false",
+    int: "a number",
+    float: "a number",
+}
+
+
+def _json_schema(value: object) -> object:
+    """A JSON Schema object that its own draft's metaschema accepts, or what is wrong."""
+    if value is None:
+        return value
+    if not isinstance(value, dict):
+        what = _KINDS.get(type(value), type(value).__name__)
+        if isinstance(value, str) and _holds_object(value):
+            what = "a string holding JSON (write the object itself, without the quotes)"
+        why = f"a JSON Schema is a mapping of keywords such as {_SCHEMA_EXAMPLE}, not {what}"
+        raise PydanticCustomError("json_schema", "{why}", {"why": why})
+    try:
+        validator_for(value).check_schema(value)
+    except SchemaError as exc:
+        where = list(exc.absolute_path)
+        at = ".".join(map(str, where)) + ": " if where else ""
+        hint = f" (a type is one of {_JSON_TYPES})" if where and where[-1] == "type" else ""
+        why = f"not a valid JSON Schema: {at}{exc.message}{hint}"
+        raise PydanticCustomError("json_schema", "{why}", {"why": why}) from exc
+    return value
+
+
+def _holds_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
+JsonSchema = Annotated[dict[str, JsonValue] | None, BeforeValidator(_json_schema)]
 
 
 class Protocol(StrEnum):
@@ -59,7 +112,7 @@ class Expect(_Strict):
         default=(), description="each appears in the text (a list: is one of its items)"
     )
     regex: Regex | None = Field(default=None, description="re.search must find it in the text")
-    json_schema: dict[str, JsonValue] | None = Field(
+    json_schema: JsonSchema = Field(
         default=None,
         description="the value (a string holding JSON is parsed first: tool-call arguments) "
         "validates against this JSON Schema",
@@ -178,7 +231,9 @@ def load_preflight_file(path: Path) -> PreflightFile:
     try:
         return PreflightFile.model_validate(doc.data)
     except ValidationError as exc:
-        raise ScenarioError(validation_problems(doc, exc, model=PreflightFile)) from exc
+        raise ScenarioError(
+            by_position(validation_problems(doc, exc, model=PreflightFile))
+        ) from exc
 
 
 def load_golden_defaults(path: Path) -> GoldenDefaults:
@@ -186,4 +241,6 @@ def load_golden_defaults(path: Path) -> GoldenDefaults:
     try:
         return GoldenDefaults.model_validate(doc.data)
     except ValidationError as exc:
-        raise ScenarioError(validation_problems(doc, exc, model=GoldenDefaults)) from exc
+        raise ScenarioError(
+            by_position(validation_problems(doc, exc, model=GoldenDefaults))
+        ) from exc

@@ -30,7 +30,13 @@ from faultday.core.components import COMPONENT_TYPES, ComponentType, ProbeKind
 from faultday.core.plugins import did_you_mean
 from faultday.core.preflight import PreflightSpec
 from faultday.core.types import Duration
-from faultday.core.yamlpos import Document, PathKey, parse_file, validation_problems
+from faultday.core.yamlpos import (
+    Document,
+    PathKey,
+    by_position,
+    parse_file,
+    validation_problems,
+)
 from faultday.errors import Problem, ScenarioError
 
 API_VERSION = "faultday/v1"
@@ -379,7 +385,8 @@ def profile_from_document(doc: Document) -> StackProfile:
     try:
         profile = StackProfile.model_validate(doc.data)
     except ValidationError as exc:
-        raise ScenarioError(validation_problems(doc, exc)) from exc
+        found = validation_problems(doc, exc, model=StackProfile)
+        raise ScenarioError(by_position(found)) from exc
     profile = profile.model_copy(update={"source": doc.file})
     problems: list[Problem] = []
     for name in profile.spec.components:
@@ -388,7 +395,7 @@ def profile_from_document(doc: Document) -> StackProfile:
     if not problems:
         problems += _check_cycles(doc, profile)
     if problems:
-        raise ScenarioError(problems)
+        raise ScenarioError(by_position(problems))
     return profile
 
 

@@ -20,7 +20,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -378,8 +378,10 @@ def _clean_loc(doc: Document, prefix: PathKey, loc: tuple[str | int, ...], kind:
 def _keys_at(model: type[BaseModel], path: PathKey) -> list[str]:
     """The keys a model accepts at ``path`` (aliases as written in YAML), for did-you-mean."""
     current: object = model
+    named = False  # the part before was a mapping of models: this part is a user's name
     for part in path:
-        if isinstance(part, int):
+        if isinstance(part, int) or named:
+            named = False
             continue
         if not (isinstance(current, type) and issubclass(current, BaseModel)):
             return []
@@ -388,9 +390,17 @@ def _keys_at(model: type[BaseModel], path: PathKey) -> list[str]:
         if field is None:
             return []
         current = _model_in(field.annotation)
+        named = _is_mapping(field.annotation)
     if isinstance(current, type) and issubclass(current, BaseModel):
         return [f.alias or n for n, f in current.model_fields.items()]
     return []
+
+
+def _is_mapping(annotation: object) -> bool:
+    # dict[str, X] or Optional[dict[str, X]]: its keys are names, not fields.
+    if get_origin(annotation) is dict:
+        return True
+    return any(_is_mapping(a) for a in get_args(annotation) if a is not type(None))
 
 
 def _model_in(annotation: object) -> object:
@@ -431,3 +441,9 @@ def validation_problems(
         msg = msg.removeprefix("Value error, ")
         problems.append(doc.problem(path, msg))
     return problems
+
+
+def by_position(problems: list[Problem]) -> list[Problem]:
+    """Problems in reading order: by file, then line and column (pydantic's order is the
+    model's fields', which jumps about the file)."""
+    return sorted(problems, key=lambda p: (p.file, p.line, p.col))

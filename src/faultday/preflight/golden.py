@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-import jsonschema  # type: ignore[import-untyped]
+import jsonschema
 
 from faultday.core.components import ProbeKind
 from faultday.core.durations import format_duration

@@ -225,9 +225,21 @@ def _running(options: PreflightOptions, profile: StackProfile) -> StackInfo | No
         info = StackInfo.model_validate(json.loads(f.read_text(encoding="utf-8"))["info"])
     except (ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"{f}: not a stack state file: {exc}") from exc
-    alive = all(c.pid is not None and psutil.pid_exists(c.pid) for c in info.components)
-    if not alive:
-        if options.state_dir is not None:
-            raise UsageError(f"{folder}: the stack there is not running (faultday stack up)")
-        return None
-    return info
+    down = [c.name for c in info.components if c.pid is None or not psutil.pid_exists(c.pid)]
+    if not down:
+        return info
+    if options.state_dir is not None:
+        raise UsageError(f"{folder}: {_down_message(down, len(info.components))}")
+    log.info("not the stack in %s: %s", folder, _down_message(down, len(info.components)))
+    return None
+
+
+def _down_message(down: list[str], total: int) -> str:
+    if len(down) == total:
+        return f"the stack there is not running: none of its {total} components runs"
+    names = ", ".join(down)
+    up = total - len(down)
+    return (
+        f"{len(down)} of {total} components down ({names}); the other {up} "
+        f"{'is' if up == 1 else 'are'} up (restart the stack: faultday stack down, then up)"
+    )
