@@ -1,4 +1,5 @@
-"""docs/architecture.md stays true: its worked example runs, its catalogue lists every event."""
+"""docs/architecture.md stays true: its layers table names the modules that exist, its worked
+example runs, its catalogue lists every event."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import re
 import subprocess
 import tomllib
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,9 @@ from faultday.core.vocab import EventKind
 DOC = ROOT / "docs" / "architecture.md"
 DATA = ROOT / "tests" / "engine" / "data"
 BLOCK = re.compile(r"^```(\w+)\n# file: (\S+)\n(.*?)^```$", re.M | re.S)
+PACKAGE = ROOT / "src" / "faultday"
+TABLE_HEAD = "| package | what it holds | imports |"
+MODULE = re.compile(r"`([a-z_][a-z0-9_]*)`")  # how the table names a module: `trend`
 
 
 def _blocks() -> dict[str, str]:
@@ -44,6 +49,61 @@ def _install(blocks: dict[str, str], site: Path) -> None:
             for group, eps in groups.items()
         )
     )
+
+
+def _modules(package: Path) -> set[str]:
+    """A package's modules and subpackages (``__init__``, ``__main__``, ``_private`` aside)."""
+    names = {p.stem for p in package.glob("*.py") if not p.stem.startswith("_")}
+    return names | {
+        p.name for p in package.iterdir() if (p / "__init__.py").is_file() and p.name[0] != "_"
+    }
+
+
+def _layer_rows() -> list[tuple[list[str], str]]:
+    """The layers table: each row's package names (first column) and what it holds (second)."""
+    lines = DOC.read_text().splitlines()
+    start = lines.index(TABLE_HEAD) + 2  # past the header and its |---| line
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        rows.append((re.findall(r"`([^`]+)`", cells[0]), cells[1]))
+    assert rows, f"no rows under {TABLE_HEAD!r} in docs/architecture.md"
+    return rows
+
+
+def _parts() -> list[str]:
+    """The independent parts: .importlinter's layer of siblings (``faultday.a | faultday.b``)."""
+    for line in (ROOT / ".importlinter").read_text().splitlines():
+        if " | " in line:
+            return [name.strip().removeprefix("faultday.") for name in line.split("|")]
+    raise AssertionError(".importlinter has no layer of independent siblings")
+
+
+def test_the_layers_table_names_every_top_level_module_and_only_those() -> None:
+    top = _modules(PACKAGE)
+    named = [name for names, _ in _layer_rows() for name in names]
+    unknown = [n for n in named if not any(fnmatch(m, n) for m in top)]
+    assert not unknown, f"docs/architecture.md's layers table names what is not there: {unknown}"
+    missing = sorted(m for m in top if not any(fnmatch(m, n) for n in named))
+    assert not missing, f"docs/architecture.md's layers table has no row for {missing}"
+
+
+def test_the_layers_table_names_only_modules_that_exist() -> None:
+    top = _modules(PACKAGE) | _modules(ROOT / "src")  # faultday_refstack, faultday_wire too
+    for names, holds in _layer_rows():
+        own = set().union(*(_modules(PACKAGE / n) for n in names if (PACKAGE / n).is_dir()))
+        unknown = sorted(set(MODULE.findall(holds)) - own - top)
+        assert not unknown, f"the row of {names} names modules that do not exist: {unknown}"
+
+
+def test_the_layers_table_names_every_module_of_each_part() -> None:
+    rows = {names[0]: holds for names, holds in _layer_rows() if names}
+    for part in _parts():
+        assert part in rows, f"docs/architecture.md's layers table has no row for {part}"
+        missing = sorted(_modules(PACKAGE / part) - set(MODULE.findall(rows[part])))
+        assert not missing, f"the row of {part} in docs/architecture.md does not name {missing}"
 
 
 def test_the_catalogue_table_lists_every_event_kind() -> None:
