@@ -1,0 +1,230 @@
+"""The run event catalogue (core/events.py) on real runs of the engine tests' stack of plain
+processes: the order a run fires its hooks in, and a listener that raises being logged and
+journaled while the run completes and every fault is reverted."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from faultday.core.events import (
+    HOOKS,
+    CheckEvaluated,
+    EventHook,
+    FaultApplied,
+    FaultReverted,
+    PhaseEntered,
+    RunEvents,
+    ScenarioEnded,
+    Status,
+)
+from faultday.core.journal import Journal, RunVerdict
+from faultday.core.vocab import Phase
+from faultday.gameday import run_gameday
+from faultday.scenario.loader import load_scenario
+from faultday.session import Settings, run_scenario
+
+DATA = Path(__file__).parent / "data"
+SCALE = 0.5  # the 6 s scenario in 3 s; its windows are as written
+# The checks' verdicts are not what these tests judge: a mid-window probe on a busy machine
+# may end after its 0.5 s window (insufficient, so failed).
+COMPLETED = (RunVerdict.PASSED, RunVerdict.FAILED)
+
+
+@dataclass
+class Recorder:
+    """Every payload of every hook, in the order fired."""
+
+    seen: list[tuple[str, object]] = field(default_factory=list)
+
+    def listen(self, events: RunEvents) -> None:
+        for name in HOOKS:
+            hook: EventHook[object] = getattr(events, name)
+            hook.add_listener(lambda payload, name=name: self.seen.append((name, payload)))
+
+    def names(self) -> list[str]:
+        """The hooks fired, a phase shown as ``phase:<phase>``; status ticks left out."""
+        out = []
+        for name, payload in self.seen:
+            if isinstance(payload, PhaseEntered):
+                out.append(f"phase:{payload.phase}")
+            elif isinstance(payload, FaultApplied | FaultReverted):
+                out.append(f"{name}:{payload.fault}")
+            elif not isinstance(payload, Status | CheckEvaluated):
+                out.append(name)
+        return out
+
+
+def _suite(tmp: Path) -> Path:
+    for name in ("procs.stack.yaml", "pause.scenario.yaml"):
+        shutil.copy(DATA / name, tmp / name)
+    return tmp / "pause.scenario.yaml"
+
+
+def _run(tmp: Path, events: RunEvents) -> Journal:
+    loaded = load_scenario(_suite(tmp))
+    settings = Settings(report_dir=tmp / "reports", base_dir=tmp, time_scale=SCALE)
+    return run_scenario(loaded, settings=settings, events=events).journal
+
+
+def _ledger(journal: Journal) -> list[dict[str, Any]]:
+    text = (Path(journal.run_dir) / "ledger.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+RUN_ORDER = [
+    "run_started",
+    f"phase:{Phase.STACK_UP}",
+    "stack_up",
+    f"phase:{Phase.WARMUP}",
+    f"phase:{Phase.BASELINE}",
+    "fault_applied:freeze",  # at 1 s: the fault first, then the phase it opens
+    f"phase:{Phase.FAULTS}",
+    "fault_applied:freeze-web",
+    "fault_reverted:freeze-web",
+    "fault_reverted:freeze",
+    f"phase:{Phase.RECOVERY}",
+    f"phase:{Phase.STEADY}",
+    f"phase:{Phase.REVERT}",
+    f"phase:{Phase.CHECKS}",
+    f"phase:{Phase.STACK_DOWN}",
+    f"phase:{Phase.DONE}",
+    "scenario_ended",
+]
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_a_run_fires_its_hooks_in_the_order_things_happen(tmp_path: Path) -> None:
+    events = RunEvents()
+    rec = Recorder()
+    rec.listen(events)
+    journal = _run(tmp_path, events)
+    assert journal.verdict in COMPLETED and not journal.errors, journal.reason
+    assert rec.names() == RUN_ORDER
+    # Each check is announced as the journal records it, between the checks and stack-down.
+    names = [n for n, _ in rec.seen]
+    checks = [p for n, p in rec.seen if isinstance(p, CheckEvaluated)]
+    first, last = names.index("check_evaluated"), len(names) - names[::-1].index("check_evaluated")
+    phases = [p.phase for _, p in rec.seen[:first] if isinstance(p, PhaseEntered)]
+    assert phases[-1] == Phase.CHECKS
+    assert isinstance(rec.seen[last][1], PhaseEntered)
+    assert rec.seen[last][1].phase == Phase.STACK_DOWN
+    assert [(c.check, c.window, str(c.verdict)) for c in checks] == [
+        (c.check, c.window, c.verdict) for c in journal.checks
+    ]
+    # The payloads agree with the journal: fault times, the run folder, the final journal.
+    applied = {p.fault: p for _, p in rec.seen if isinstance(p, FaultApplied)}
+    for f in journal.faults:
+        assert applied[f.name].t == f.injected_at and applied[f.name].target == f.target
+    reverted = [p for _, p in rec.seen if isinstance(p, FaultReverted)]
+    assert all(p.ok for p in reverted) and len(reverted) == 2
+    ended = rec.seen[-1][1]
+    assert isinstance(ended, ScenarioEnded) and ended.journal is journal
+    assert ended.run_dir == Path(journal.run_dir)
+    # The live display's ticks: one per phase at least, each with the run's duration.
+    ticks = [p for _, p in rec.seen if isinstance(p, Status)]
+    assert len(ticks) >= len(RUN_ORDER) - 5 and {t.duration for t in ticks} == {6.0}
+
+
+def _boom(payload: object) -> None:
+    raise RuntimeError(f"boom on {type(payload).__name__}")
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_a_listener_that_raises_is_logged_and_journaled_and_the_run_still_reverts_everything(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    events = RunEvents()
+    raising = ("run_started", "stack_up", "phase", "status", "fault_applied", "fault_reverted")
+    for name in (*raising, "check_evaluated", "scenario_ended"):
+        getattr(events, name).add_listener(_boom)
+    rec = Recorder()
+    rec.listen(events)  # after the raising ones: it is still called
+    with caplog.at_level(logging.ERROR, logger="faultday.core.events"):
+        journal = _run(tmp_path, events)
+    # The run went through every phase and reverted every fault, on time.
+    assert rec.names() == RUN_ORDER
+    assert all(f.revert_ok for f in journal.faults), journal.faults
+    ledger = _ledger(journal)
+    reverts = {x["revert"]["id"] for x in ledger if x["op"] == "revert"}
+    done = {x["id"] for x in ledger if x["op"] == "done" and x["ok"]}
+    assert reverts == done and len(reverts) == 2
+    # Every failure was logged at ERROR and journaled; the verdict says so.
+    assert journal.verdict == RunVerdict.ERROR
+    failed_hooks = {e.split(" of ", 1)[1].split(" failed")[0] for e in journal.errors}
+    assert failed_hooks == {*raising, "check_evaluated", "scenario_ended"}
+    assert any(
+        "fault_reverted failed: RuntimeError: boom on FaultReverted" in e for e in journal.errors
+    )
+    logged = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(logged) == len(journal.errors) and all(r.exc_info for r in logged)
+    # The journal on disk has them too (scenario_ended's, fired after the run, as well).
+    on_disk = json.loads((Path(journal.run_dir) / "journal.json").read_text())
+    assert on_disk["verdict"] == "error" and on_disk["errors"] == journal.errors
+    assert "scenario_ended" in on_disk["errors"][-1]
+
+
+def test_a_hook_calls_every_listener_and_returns_each_failure() -> None:
+    hook: EventHook[int] = EventHook("numbers")
+    got: list[int] = []
+
+    @hook.add_listener
+    def once(n: int) -> None:
+        got.append(n)
+        hook.remove_listener(once)  # a listener may unsubscribe itself while being fired
+
+    hook.add_listener(_boom)
+    hook.add_listener(lambda n: got.append(n * 10))
+    failures = hook.fire(1)
+    assert got == [1, 10]
+    assert [(f.hook, f.listener, f.error) for f in failures] == [
+        ("numbers", "_boom", "RuntimeError: boom on int")
+    ]
+    assert hook.fire(2) and got == [1, 10, 20]
+    hook.remove_listener(_boom)
+    hook.remove_listener(_boom)  # not subscribed: ignored
+    assert hook.fire(3) == [] and len(hook) == 1
+
+
+def test_every_hook_of_the_catalogue_is_on_run_events() -> None:
+    events = RunEvents()
+    hooks = dict(vars(type(events))["__annotations__"])
+    assert list(hooks) == list(HOOKS)
+    for name, spec in HOOKS.items():
+        hook = getattr(events, name)
+        assert isinstance(hook, EventHook) and hook.name == name
+        assert hooks[name] == f"EventHook[{spec.payload.__name__}]"
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_a_game_day_fires_its_own_hooks_around_the_runs_and_notes_a_failing_listener(
+    tmp_path: Path,
+) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    _suite(suite)
+    events = RunEvents()
+    rec = Recorder()
+    rec.listen(events)
+    events.scenario_started.add_listener(_boom)
+    gd, _ = run_gameday(
+        [suite],
+        report_dir=tmp_path / "r",
+        base_dir=suite,
+        time_scale=SCALE,
+        preflight=False,
+        events=events,
+    )
+    names = rec.names()
+    assert names[:3] == ["preflight_done", "scenario_started", "run_started"]
+    assert names[-2:] == ["scenario_ended", "gameday_ended"]
+    assert names[2:-1] == RUN_ORDER
+    assert [s.verdict in COMPLETED for s in gd.scenarios] == [True]  # the run itself completed
+    assert gd.verdict == RunVerdict.ERROR
+    assert any("scenario_started failed: RuntimeError" in n for n in gd.stack_notes)
