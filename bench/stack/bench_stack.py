@@ -32,9 +32,9 @@ import docker  # type: ignore[import-untyped]
 import httpx
 import psutil
 
-from faultday.cluster.compose import faultday_image
 from faultday.cluster.config import PART_OF_LABEL, part_of_value
 from faultday.cluster.docker import DockerStack
+from faultday.cluster.docker_render import faultday_image
 from faultday.core.ledger import Ledger
 from faultday.core.profile import StackProfile, load_profile
 from faultday.stack import shm

@@ -22,13 +22,13 @@ from rich.console import Console
 from rich.table import Table
 
 from faultday.cli_docker import build_images, docker_down, docker_status, docker_up
-from faultday.cluster.compose import render_compose
+from faultday.cluster.docker_render import Images, render_compose
+from faultday.cluster.k8s_render import write_manifests
 from faultday.core.components import ProbeKind
 from faultday.core.exits import ExitCode
 from faultday.core.ledger import Ledger
 from faultday.core.profile import StackProfile, load_profile
 from faultday.errors import StackError, UsageError
-from faultday.stack.render import render_profile
 from faultday.stack.stack import Stack as ProcessStack
 from faultday.stack.stack import StackInfo
 from faultday.stack.supervisor import HOST, probe_once, tail
@@ -275,12 +275,14 @@ def render(
 ) -> None:
     """Write the profile as a docker compose file or Kubernetes manifests."""
 
-    if driver == "docker" and images == "faultday":
-        project = render_compose(load_profile(profile, base_dir=Path.cwd()), out=out)
-        for f in project.files:
-            console.print(f"wrote {f}")
-        return
-    written = render_profile(load_profile(profile, base_dir=Path.cwd()), driver=driver, out=out)
+    stack = load_profile(profile, base_dir=Path.cwd())
+    if driver == "docker":
+        chosen: Images = "faultday" if images == "faultday" else "official"
+        written = render_compose(stack, out=out, images=chosen).files
+    elif driver == "k8s":
+        written = write_manifests(stack, out=out)
+    else:
+        raise UsageError(f"unknown driver {driver!r}; choose one of docker, k8s")
     for f in written:
         console.print(f"wrote {f}")
 

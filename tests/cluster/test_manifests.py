@@ -18,7 +18,8 @@ import pytest
 
 from faultday.cluster.chaosmesh import ChaosKind, ChaosMeshParams, build, go_duration, object_name
 from faultday.cluster.guards import BlastRadius, BlastRadiusError
-from faultday.cluster.kubernetes import place, rendered_manifests
+from faultday.cluster.k8s_render import manifests
+from faultday.cluster.kubernetes import place
 from faultday.cluster.rbac import render_rbac
 from faultday.core.profile import StackProfile
 
@@ -56,7 +57,7 @@ def k8s_valid(doc: dict[str, Any]) -> None:
 
 
 def test_rendered_stack_manifests_validate(profile: StackProfile) -> None:
-    docs = place(rendered_manifests(profile), namespace="gameday", part_of="faultday-local")
+    docs = place(manifests(profile), namespace="gameday", part_of="faultday-local")
     kinds = sorted({d["kind"] for d in docs})
     assert kinds == ["ConfigMap", "Deployment", "Service"]
     for d in docs:
@@ -66,7 +67,7 @@ def test_rendered_stack_manifests_validate(profile: StackProfile) -> None:
 
 
 def test_relabelled_manifests_keep_selectors_consistent(profile: StackProfile) -> None:
-    docs = place(rendered_manifests(profile), namespace="ns2", part_of="team-rag")
+    docs = place(manifests(profile), namespace="ns2", part_of="team-rag")
     for d in docs:
         k8s_valid(d)
         if d["kind"] == "Deployment":

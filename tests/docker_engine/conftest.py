@@ -16,7 +16,7 @@ import pytest
 import yaml
 from tests.observed import recorder, write_summary
 
-from faultday.cluster.compose import faultday_image
+from faultday.cluster.docker_render import faultday_image
 
 REPO = Path(__file__).resolve().parents[2]
 REQUIRED_ENV = "FAULTDAY_DOCKER_REQUIRED"

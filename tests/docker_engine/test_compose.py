@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from faultday.cluster.compose import render_compose
+from faultday.cluster.docker_render import render_compose
 from faultday.core.profile import load_profile
 
 pytestmark = pytest.mark.docker

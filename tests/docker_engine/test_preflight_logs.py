@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import wait_for
 from tests.preflight.conftest import component
 
-from faultday.cluster.compose import faultday_image
+from faultday.cluster.docker_render import faultday_image
 from faultday.core.vocab import Verdict
 from faultday.preflight.logs import log_file, scan_log
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from faultday.cluster.compose import faultday_image
 from faultday.cluster.config import PART_OF_LABEL
+from faultday.cluster.docker_render import faultday_image
 from faultday.core.ledger import Ledger
 
 pytestmark = pytest.mark.docker

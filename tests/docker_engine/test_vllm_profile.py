@@ -11,11 +11,11 @@ import re
 import subprocess
 from pathlib import Path
 
-from faultday.cluster.compose import render_compose
 from faultday.cluster.docker import DockerStack
+from faultday.cluster.docker_render import render_compose
+from faultday.cluster.official_images import VLLM_IMAGE
 from faultday.core.ledger import Ledger
 from faultday.core.profile import PACKAGED_PROFILES, load_profile
-from faultday.stack.render import VLLM_IMAGE
 
 REPO = Path(__file__).resolve().parents[2]
 SETUP = REPO / "scripts" / "setup-real-venv.sh"

@@ -4,10 +4,10 @@ It runs a compose rendering without needing the compose plugin: each service
 becomes one container named ``faultday-<profile>-<service>``, labelled
 ``app.kubernetes.io/part-of=faultday-<profile>``, reachable by its service name
 on the network and published on 127.0.0.1 for the harness. Two renderings:
-``images: faultday`` (the default; ``faultday.cluster.compose``) runs every
-component from faultday's own image (``make images``) with the process driver's
-command lines; ``images: official`` runs what ``faultday stack render --driver
-docker`` writes for a GPU host (vLLM, Triton, Qdrant, Toxiproxy images).
+``images: faultday`` (the default) runs every component from faultday's own image
+(``make images``) with the process driver's command lines; ``images: official`` runs
+what ``faultday stack render --driver docker`` writes for a GPU host (vLLM, Triton,
+Qdrant, Toxiproxy images). Both come from ``faultday.cluster.docker_render``.
 
 Before the network is created, ``up`` writes a ``docker_stack`` cleanup record
 (the engine's address, the names, and the ``faultday.dev/stack-run`` label every
@@ -25,11 +25,9 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from faultday.cluster.cleanup import DOCKER_CLEANUP, docker_cleanup_record
-from faultday.cluster.compose import faultday_image, main_port, render_compose
 from faultday.cluster.config import (
     NAME_LABEL,
     PART_OF_LABEL,
@@ -37,6 +35,14 @@ from faultday.cluster.config import (
     DockerAccess,
     part_of_value,
 )
+from faultday.cluster.docker_render import (
+    ComposeDoc,
+    ComposeProject,
+    faultday_image,
+    main_port,
+    render_compose,
+)
+from faultday.cluster.official_images import ToxiproxyListener, official_port
 from faultday.core.components import ProbeKind
 from faultday.core.ledger import Ledger
 from faultday.core.plugins import did_you_mean
@@ -44,8 +50,6 @@ from faultday.core.profile import StackProfile
 from faultday.core.targets import Revert, Target, TargetKind
 from faultday.core.yamlpos import parse_file, validation_problems
 from faultday.errors import ScenarioError, StackError
-from faultday.stack import render
-from faultday.stack.render import render_profile
 from faultday.stack.stack import ComponentInfo, EdgeInfo, StackInfo
 from faultday.stack.supervisor import free_port, probe_once
 
@@ -135,15 +139,6 @@ def _seconds(text: str) -> int:
     return int(float(text) * _NS)
 
 
-def container_port(profile: StackProfile, component: str) -> int:
-    """The component's main port inside its container (the renderer's table)."""
-
-    # The renderer keeps its port table private; ask the stack owner for an accessor.
-    table = render._PORTS
-    ports = table.get(profile.spec.components[component].type, table["command"])
-    return int(ports[0].number)
-
-
 class DockerStack:
     """A stack profile as containers on one engine; the process driver's API."""
 
@@ -180,19 +175,19 @@ class DockerStack:
 
     # -- rendering and the command plan ---------------------------------------------------
 
-    def _render(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-
+    def _render(self) -> tuple[ComposeDoc, list[ToxiproxyListener]]:
         with tempfile.TemporaryDirectory(prefix="faultday-docker-") as tmp:
-            if self.config.images == "faultday":
-                project = render_compose(
-                    self.profile, out=Path(tmp), image=self.config.image, data_dir=DATA_ROOT
-                )
-                return project.doc, project.proxies
-            render_profile(self.profile, driver="docker", out=Path(tmp))
-            compose = yaml.safe_load((Path(tmp) / "compose.yaml").read_text())
-            tox = Path(tmp) / "toxiproxy.json"
-            proxies = yaml.safe_load(tox.read_text()) if tox.exists() else []
-        return compose, proxies
+            project = self._write_rendering(Path(tmp))
+        return project.doc, project.proxies
+
+    def _write_rendering(self, out: Path) -> ComposeProject:
+        return render_compose(
+            self.profile,
+            out=out,
+            images=self.config.images,
+            image=self.config.image,
+            data_dir=DATA_ROOT,
+        )
 
     @property
     def network(self) -> str:
@@ -205,7 +200,7 @@ class DockerStack:
         """The service's main port inside its container."""
         if self.config.images == "faultday":
             return main_port(self.profile, service)
-        return container_port(self.profile, service)
+        return official_port(self.profile, service)
 
     def create_args(self, service: str) -> dict[str, Any]:
         """The ``containers.create`` keyword arguments for one compose service."""
@@ -245,7 +240,8 @@ class DockerStack:
                 "timeout": _seconds(hc["timeout"]),
                 "retries": HEALTH_RETRIES if probed else hc["retries"],
             }
-        devices = svc.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices")
+        deploy = svc.get("deploy")
+        devices = deploy["resources"]["reservations"]["devices"] if deploy else []
         if devices:
             # Optional dependency: the docker SDK (faultday[k8s]), for docker stacks only.
             from docker.types import DeviceRequest  # type: ignore[import-untyped]  # noqa: PLC0415
@@ -295,13 +291,7 @@ class DockerStack:
 
     def up(self, *, timeout: float | None = None) -> None:
         """Write the rendering, create the network, start services in dependency order."""
-
-        if self.config.images == "faultday":
-            render_compose(
-                self.profile, out=self.render_dir, image=self.config.image, data_dir=DATA_ROOT
-            )
-        else:
-            render_profile(self.profile, driver="docker", out=self.render_dir)
+        self._write_rendering(self.render_dir)
         deadline = time.monotonic() + (timeout or self.config.ready_timeout)
         if self.config.mode == "attach":
             self.adopt(compose_project=self.config.project or f"faultday-{self.profile.name}")

@@ -1,4 +1,4 @@
-"""The embedder as a Triton Python-backend model, for the docker and k8s renderings.
+"""The embedder as a Triton Python-backend model, for the official-image renderings.
 
 Same inputs, outputs and vectors as the PyTriton service of the local profile
 (``faultday_refstack.embedder``), so the seeded corpus stays valid.

@@ -1,7 +1,7 @@
 """The Kubernetes driver: a stack profile as Deployments and Services in one namespace.
 
-``deploy`` mode applies the manifests ``faultday stack render --driver k8s``
-writes (the same renderer, not a copy of it), waits until every Deployment is
+``deploy`` mode applies the manifests of ``faultday.cluster.k8s_render`` (what
+``faultday stack render --driver k8s`` writes), waits until every Deployment is
 ready, and deletes them at ``down``. ``attach`` mode uses a stack that is
 already running (the user's own, labelled ``app.kubernetes.io/part-of``) and
 changes nothing at ``up``/``down``. Either way the offered API is the process
@@ -21,9 +21,8 @@ import re
 import secrets
 import select
 import subprocess
-import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,13 +43,14 @@ from faultday.cluster.config import (
     load_config,
 )
 from faultday.cluster.guards import BlastRadius
+from faultday.cluster.k8s_render import manifests
 from faultday.cluster.load_jobs import KubernetesLoad
+from faultday.cluster.official_images import TOXIPROXY_API_PORT
 from faultday.core.ledger import Ledger, ProcessRecord
 from faultday.core.plugins import did_you_mean
 from faultday.core.profile import StackProfile
 from faultday.core.targets import Revert, Target, TargetKind
 from faultday.errors import StackError
-from faultday.stack.render import render_profile
 from faultday.stack.stack import ComponentInfo, EdgeInfo, StackInfo
 
 if TYPE_CHECKING:
@@ -61,7 +61,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TOXIPROXY_API_PORT = 8474
 APPLY_ORDER = ("ServiceAccount", "ConfigMap", "Service", "Deployment", "Job")
 PORT_FORWARD_TIMEOUT = 20.0
 _FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) ->")
@@ -83,19 +82,7 @@ class Touch:
         return f"{self.action:<14} {self.kind:<12} {where}{self.name}{why}"
 
 
-def rendered_manifests(profile: StackProfile) -> list[dict[str, Any]]:
-    """The stack renderer's k8s objects for ``profile`` (rendered into a temp folder)."""
-
-    with tempfile.TemporaryDirectory(prefix="faultday-k8s-") as tmp:
-        files = render_profile(profile, driver="k8s", out=Path(tmp))
-        docs: list[dict[str, Any]] = []
-        for f in files:
-            if f.suffix in (".yaml", ".yml"):
-                docs += [d for d in yaml.safe_load_all(f.read_text()) if isinstance(d, dict)]
-    return docs
-
-
-def _relabel(node: Any, part_of: str) -> Any:
+def _relabel(node: object, part_of: str) -> Any:
     if isinstance(node, dict):
         return {
             k: (part_of if k == PART_OF_LABEL else _relabel(v, part_of)) for k, v in node.items()
@@ -105,8 +92,10 @@ def _relabel(node: Any, part_of: str) -> Any:
     return node
 
 
-def place(docs: list[dict[str, Any]], *, namespace: str, part_of: str) -> list[dict[str, Any]]:
-    """Set every object's namespace and part-of label, ordered for apply."""
+def place(
+    docs: Iterable[Mapping[str, object]], *, namespace: str, part_of: str
+) -> list[dict[str, Any]]:
+    """Copies of ``docs`` with every object's namespace and part-of label, ordered for apply."""
     out = []
     for raw in docs:
         d = _relabel(raw, part_of)
@@ -149,9 +138,7 @@ class KubernetesStack:
         self.guard.check_namespace(self.namespace)
         self.cluster = cluster or KubernetesCluster(self.config.access, self.guard)
         self._edges = {e.name: e for e in profile.edges()} if profile.spec.proxy else {}
-        self._docs = place(
-            rendered_manifests(profile), namespace=self.namespace, part_of=self.part_of
-        )
+        self._docs = place(manifests(profile), namespace=self.namespace, part_of=self.part_of)
         self._forwards: dict[tuple[str, int], tuple[subprocess.Popen[bytes], int]] = {}
         self._load_docs: list[dict[str, Any]] = []  # load Jobs etc. not yet deleted
         self._load_deleted: list[Callable[[], None]] = []  # told when they all are
@@ -604,4 +591,4 @@ def _read_forward_port(proc: subprocess.Popen[bytes], *, timeout: float) -> int 
     return None
 
 
-__all__ = ["NAME_LABEL", "KubernetesStack", "Touch", "place", "rendered_manifests"]
+__all__ = ["NAME_LABEL", "KubernetesStack", "Touch", "place"]

@@ -153,7 +153,7 @@ _TYPES: tuple[ComponentType, ...] = (
         # Healthy in 28-40 s on 2 CPU cores alone; two starting together, or a GPU
         # model loading its weights, take longer.
         probe=DefaultProbe(ProbeKind.HTTP, path="/health", timeout=300.0),
-        image="vllm/vllm-openai:v0.32.0",  # = stack.render.VLLM_IMAGE (the real path's vLLM)
+        image="vllm/vllm-openai:v0.32.0",  # = official_images.VLLM_IMAGE (the real path's vLLM)
         module="faultday.stack.vllm_launcher",
         # SIGTERM lets the API server stop EngineCore and its worker in order.
         stop_grace=10.0,
