@@ -1,8 +1,16 @@
 """``faultday lint``: contradictions in an agent policy file that make real game days fail.
 
-The file is read as plain YAML with positions (not through the runtime's own
-model, which refuses some of these outright), so every finding names its
-``file:line:col`` and a fix.
+Each policy is read with the agent's own model (``faultday_wire.policy``), so a
+value the agent would refuse is refused here, with ``file:line:col`` and what
+would be valid (a ``ScenarioError``: exit 2), never skipped. A policy that
+parses is then judged: what the agent refuses across fields
+(``contradictions``), what it would run but fail under an outage (errors), and
+what makes an outage worse (warnings), each with a fix.
+
+What the agent does with a request's time: it passes the remaining budget down
+as a deadline (every attempt is capped by it and no retry starts past it), so
+retries can never make a request outlast ``timeouts.request``. What they can do
+is spend the whole budget on a step before the model call that answers it.
 """
 
 from __future__ import annotations
@@ -11,8 +19,19 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from faultday.core.durations import format_duration, parse_duration
-from faultday.core.yamlpos import Document, PathKey, dotted, parse_file
+from pydantic import ValidationError
+
+from faultday.core.durations import format_duration
+from faultday.core.yamlpos import (
+    Document,
+    PathKey,
+    by_position,
+    dotted,
+    parse_file,
+    validation_problems,
+)
+from faultday.errors import Problem, ScenarioError
+from faultday_wire.policy import Policy, Retries, contradictions
 
 
 class Severity(StrEnum):
@@ -45,15 +64,51 @@ DEPENDENCIES = {
     "embedder": ("embed", "request"),
     "vector": ("vector", "request"),
 }
+# The calls made before the model call that answers: the chat's history read (redis) and
+# retrieval (embedder, vector), a task's tool calls. The model call itself may use what is
+# left of the budget (the agent keeps a model call's worth for the backup model).
+BEFORE_THE_ANSWER = ("tools", "redis", "embedder", "vector")
 
 
-def _secs(value: object) -> float | None:
-    if not isinstance(value, str):
-        return None  # not a duration string (parse_duration would say so)
-    try:
-        return parse_duration(value)
-    except ValueError:
-        return None
+@dataclass(frozen=True, slots=True)
+class AgentPolicies:
+    """An agent policy file's policies, each parsed by the agent's own model."""
+
+    doc: Document
+    policies: dict[str, Policy]
+
+
+def read_policies(path: Path) -> AgentPolicies:
+    """Every policy in ``path``; a ``ScenarioError`` with every value that does not parse."""
+    doc = parse_file(path)
+    data = doc.data if isinstance(doc.data, dict) else {}
+    raw = data.get("policies")
+    if not isinstance(raw, dict) or not raw:
+        got = "no policies" if raw is None else "policies is not a mapping of name to policy"
+        where = ("policies",) if "policies" in data else ()
+        raise ScenarioError(
+            [doc.problem(where, f"{got}; expected policies.default with timeouts, retries,"
+                         " breakers, fallback and admission")]
+        )  # fmt: skip
+    problems: list[Problem] = []
+    policies: dict[str, Policy] = {}
+    for name, value in raw.items():
+        base: PathKey = ("policies", str(name))
+        try:
+            policies[str(name)] = Policy.model_validate(value)
+        except ValidationError as exc:
+            problems += validation_problems(doc, exc, prefix=base, model=Policy)
+    if problems:
+        raise ScenarioError(by_position(problems))
+    return AgentPolicies(doc, policies)
+
+
+def waits(r: Retries, attempts: int) -> float:
+    """The longest the retries of ``attempts`` attempts wait between them (jitter included)."""
+    # attempts ≤ MAX_ATTEMPTS and durations ≤ a day (the model's bounds): no overflow.
+    return sum(
+        min(r.backoff_max, r.backoff_initial * 2.0**i) + r.jitter for i in range(attempts - 1)
+    )
 
 
 class _Linter:
@@ -67,75 +122,57 @@ class _Linter:
             Finding(self.doc.file, pos.line, pos.col, dotted(path), severity, message, fix)
         )
 
-    def policy(self, name: str, pol: dict[str, object]) -> None:
+    def policy(self, name: str, pol: Policy) -> None:
         base: PathKey = ("policies", name)
-        t = {k: _secs(v) for k, v in dict(pol.get("timeouts") or {}).items()}  # type: ignore[call-overload]
-        r = dict(pol.get("retries") or {})  # type: ignore[call-overload]
-        self._nesting(base, t)
-        self._retries(base, t, r)
+        for c in contradictions(pol):
+            self.add(
+                (*base, *c.path), Severity.ERROR, f"the agent refuses this: {c.message}", c.fix
+            )
+        self._before_the_answer(base, pol)
+        self._retries(base, pol.retries)
         self._breakers_fallback(base, pol)
 
-    def _nesting(self, base: PathKey, t: dict[str, float | None]) -> None:
-        for inner, outer in (
-            ("tool_call", "task"),
-            ("model_call", "task"),
-            ("model_call", "request"),
-        ):
-            a, b = t.get(inner), t.get(outer)
-            if a is not None and b is not None and a >= b:
-                self.add(
-                    (*base, "timeouts", inner),
-                    Severity.ERROR,
-                    f"{inner} timeout ({format_duration(a)}) ≥ its {outer} timeout "
-                    f"({format_duration(b)}): the {outer} times out before one {inner} can",
-                    f"make timeouts.{inner} well below timeouts.{outer} "
-                    f"(e.g. {format_duration(max(b / 4, 0.001))})",
-                )
-
-    def _retries(self, base: PathKey, t: dict[str, float | None], r: dict[str, object]) -> None:
-        attempts = r.get("attempts")
-        if not isinstance(attempts, int) or attempts <= 1:
-            return
-        initial = _secs(r.get("backoff_initial", "0s")) or 0.0
-        cap = _secs(r.get("backoff_max", "0s")) or 0.0
-        jitter = _secs(r.get("jitter", "0s")) or 0.0
-
-        def waits_for(n: int) -> float:
-            return float(sum(min(cap, initial * 2**i) for i in range(n - 1)))
-
-        waits = waits_for(attempts)
-        for dep, (per_attempt, budget) in DEPENDENCIES.items():
-            a, b = t.get(per_attempt), t.get(budget)
-            if a is None or b is None:
+    def _before_the_answer(self, base: PathKey, pol: Policy) -> None:
+        t, r = pol.timeouts, pol.retries
+        answer = t.model_call
+        for dep in BEFORE_THE_ANSWER:
+            per_attempt, budget = DEPENDENCIES[dep]
+            a, b = getattr(t, per_attempt), getattr(t, budget)
+            worst = r.attempts * a + waits(r, r.attempts)
+            if worst + answer <= b:
                 continue
-            worst = attempts * a + waits
-            if worst > b:
-                fits = max((n for n in range(1, attempts) if n * a + waits_for(n) <= b), default=1)
-                self.add(
-                    (*base, "retries", "attempts"),
-                    Severity.ERROR,
-                    f"{dep}: {attempts} attempts x {format_duration(a)} ({per_attempt})"
-                    f" + {format_duration(round(waits, 3))} backoff"
-                    f" = {format_duration(round(worst, 3))},"
-                    f" beyond the {budget} budget ({format_duration(b)})",
-                    f"fewer attempts (≤ {fits}), a shorter timeouts.{per_attempt},"
-                    f" or pass the remaining budget down as a deadline",
-                )
-        if initial == 0:
+            fits = [n for n in range(1, r.attempts) if n * a + waits(r, n) + answer <= b]
+            fewer = f"fewer attempts (≤ {fits[-1]}), " if fits else ""
+            self.add(
+                (*base, "retries", "attempts"),
+                Severity.ERROR,
+                f"{dep}: {r.attempts} attempts x {format_duration(a)} ({per_attempt})"
+                f" + {format_duration(round(waits(r, r.attempts), 3))} backoff"
+                f" = {format_duration(round(worst, 3))}; with one model call"
+                f" ({format_duration(answer)}) that is beyond the {budget} budget"
+                f" ({format_duration(b)}): when {dep} hangs, its retries run until the"
+                f" deadline and the {budget} has no time left for the model call that answers",
+                f"{fewer}a shorter timeouts.{per_attempt}, or a longer timeouts.{budget}",
+            )
+
+    def _retries(self, base: PathKey, r: Retries) -> None:
+        if r.attempts <= 1:
+            return
+        if r.backoff_initial == 0:
             self.add(
                 (*base, "retries", "backoff_initial"),
                 Severity.WARNING,
-                f"{attempts} attempts with no backoff: retries hit a failing dependency at once",
+                f"{r.attempts} attempts with no backoff: retries hit a failing dependency at once",
                 "set backoff_initial (e.g. 50ms) and backoff_max (e.g. 1s), exponential",
             )
-        if jitter == 0:
+        if r.jitter == 0:
             self.add(
                 (*base, "retries", "jitter"),
                 Severity.WARNING,
                 "retries without jitter: every client retries in lockstep (a retry storm)",
                 "set jitter to about the initial backoff (e.g. 50ms)",
             )
-        if r.get("budget_ratio") is None:
+        if r.budget_ratio is None:
             self.add(
                 (*base, "retries", "budget_ratio"),
                 Severity.WARNING,
@@ -143,9 +180,8 @@ class _Linter:
                 "set budget_ratio (e.g. 0.2 retries per request)",
             )
 
-    def _breakers_fallback(self, base: PathKey, pol: dict[str, object]) -> None:
-        breakers = pol.get("breakers")
-        if isinstance(breakers, dict) and breakers.get("enabled") is False:
+    def _breakers_fallback(self, base: PathKey, pol: Policy) -> None:
+        if not pol.breakers.enabled:
             deps = ", ".join(DEPENDENCIES)
             self.add(
                 (*base, "breakers", "enabled"),
@@ -154,7 +190,7 @@ class _Linter:
                 "called (and waited for) on every request",
                 "breakers: {enabled: true, threshold: 5, reset_after: 5s}",
             )
-        if pol.get("fallback") is False:
+        if not pol.fallback:
             self.add(
                 (*base, "fallback"),
                 Severity.WARNING,
@@ -163,21 +199,15 @@ class _Linter:
             )
 
 
-def lint_file(path: Path) -> list[Finding]:
-    """Every finding in an agent policy file (stack/agent.yaml); ScenarioError if unparsable."""
-    doc = parse_file(path)
-    linter = _Linter(doc)
-    data = doc.data if isinstance(doc.data, dict) else {}
-    policies = data.get("policies")
-    if not isinstance(policies, dict) or not policies:
-        linter.add(
-            ("policies",),
-            Severity.ERROR,
-            "no policies in this file",
-            "add policies.default with timeouts, retries, breakers, fallback",
-        )
-        return linter.findings
-    for name, pol in policies.items():
-        if isinstance(pol, dict):
-            linter.policy(str(name), pol)
+def lint_policies(read: AgentPolicies) -> list[Finding]:
+    """Every finding in policies already read, in the file's order."""
+    linter = _Linter(read.doc)
+    for name, pol in read.policies.items():
+        linter.policy(name, pol)
     return sorted(linter.findings, key=lambda f: (f.line, f.col))
+
+
+def lint_file(path: Path) -> list[Finding]:
+    """Every finding in an agent policy file (stack/agent.yaml); ``ScenarioError`` (exit 2)
+    when the file or a value in a policy does not parse."""
+    return lint_policies(read_policies(path))

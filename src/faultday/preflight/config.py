@@ -6,12 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from faultday.checks.lint import Severity, lint_file
-from faultday.core.durations import format_duration, parse_duration
+from faultday.checks.lint import AgentPolicies, Severity, lint_policies, read_policies
+from faultday.core.durations import format_duration
 from faultday.core.journal import JournalCheck
+from faultday.core.profile import StackProfile
 from faultday.core.yamlpos import Document, PathKey, dotted, parse_file
-from faultday.errors import ScenarioError
+from faultday.errors import Problem, ScenarioError
 from faultday.preflight.base import Area, Subject, check
+from faultday_wire.policy import contradictions
 
 AGENT_TYPE = "agent"
 CONFIG_FLAG = "--config"
@@ -38,21 +40,48 @@ class AgentPolicy:
     policy: str
 
 
-def agent_policies(subject: Subject) -> list[AgentPolicy]:
-    """Every agent component's ``--config`` file (``{profile_dir}`` filled in)."""
+def agent_config_files(profile: StackProfile, base_dir: Path) -> list[tuple[str, Path]]:
+    """(component, file) of every agent component's ``--config`` (``{profile_dir}`` filled in)."""
+    profile_dir = str(Path(profile.source).resolve().parent) if profile.source else str(base_dir)
     out = []
-    profile_dir = (
-        str(Path(subject.profile.source).resolve().parent)
-        if subject.profile.source
-        else str(subject.base_dir)
-    )
-    for comp in subject.components(AGENT_TYPE):
-        argv = subject.profile.argv_template(comp.name)
+    for name, comp in profile.spec.components.items():
+        if comp.type != AGENT_TYPE:
+            continue
+        argv = profile.argv_template(name)
         for i, arg in enumerate(argv[:-1]):
             if arg == CONFIG_FLAG:
-                path = argv[i + 1].replace("{profile_dir}", profile_dir)
-                out.append(AgentPolicy(comp.name, Path(path), subject.info.policy))
+                out.append((name, Path(argv[i + 1].replace("{profile_dir}", profile_dir))))
     return out
+
+
+def agent_policies(subject: Subject) -> list[AgentPolicy]:
+    """Every agent component's ``--config`` file and the policy the stack runs."""
+    running = {c.name for c in subject.components(AGENT_TYPE)}
+    return [
+        AgentPolicy(name, path, subject.info.policy)
+        for name, path in agent_config_files(subject.profile, subject.base_dir)
+        if name in running
+    ]
+
+
+def validate_agent_policies(profile: StackProfile, base_dir: Path) -> None:
+    """Read every agent policy of ``profile`` with the agent's own model, before any stack
+    starts: a value that does not parse, or a policy the agent refuses, is a
+    ``ScenarioError`` (exit 2) with every problem's ``file:line:col``."""
+    problems: list[Problem] = []
+    for _, path in agent_config_files(profile, base_dir):
+        try:
+            read = read_policies(path)
+        except ScenarioError as exc:
+            problems += exc.problems
+            continue
+        problems += [
+            read.doc.problem(("policies", name, *c.path), f"the agent refuses this: {c.message}")
+            for name, pol in read.policies.items()
+            for c in contradictions(pol)
+        ]
+    if problems:
+        raise ScenarioError(problems)
 
 
 def agent_max_tokens(subject: Subject) -> int | None:
@@ -91,14 +120,10 @@ def check_config(subject: Subject) -> list[JournalCheck]:
 def _one(subject: Subject, ap: AgentPolicy) -> list[JournalCheck]:
     label = f"{ap.component}: policy {ap.policy!r} in {ap.file.name}"
     try:
-        doc = parse_file(ap.file)
-        findings = [
-            f
-            for f in lint_file(ap.file)
-            if f.path == "policies" or f.path.startswith(f"policies.{ap.policy}.")
-        ]
+        read = read_policies(ap.file)
     except ScenarioError as exc:
         return [check(Area.CONFIG, "lint", label, ok=False, message=str(exc))]
+    findings = [f for f in lint_policies(read) if f.path.startswith(f"policies.{ap.policy}.")]
     accepted = {a.path: a.why for a in subject.spec.lint_accept}
     errors = [f for f in findings if f.severity == Severity.ERROR and f.path not in accepted]
     taken = [f for f in findings if f.severity == Severity.ERROR and f.path in accepted]
@@ -114,45 +139,35 @@ def _one(subject: Subject, ap: AgentPolicy) -> list[JournalCheck]:
         where="; ".join(f"{f.file}:{f.line}:{f.col} {f.path}: {f.message}" for f in errors),
         message="; ".join(f"accepted {f.path}: {accepted[f.path]}" for f in taken),
     )
-    return [lint, _hierarchy(subject, ap, doc, label)]
+    return [lint, _hierarchy(subject, ap, read, label)]
 
 
-def _secs(doc: Document, path: PathKey) -> float | None:
-    value = doc.at(path)
-    if not isinstance(value, str):
-        return None
-    try:
-        return parse_duration(value)
-    except ValueError:
-        return None
-
-
-def _hierarchy(subject: Subject, ap: AgentPolicy, doc: Document, label: str) -> JournalCheck:
+def _hierarchy(subject: Subject, ap: AgentPolicy, read: AgentPolicies, label: str) -> JournalCheck:
     base: PathKey = ("policies", ap.policy, "timeouts")
-    if doc.at(base) is None:
+    policy = read.policies.get(ap.policy)
+    if policy is None:
         return check(
             Area.CONFIG,
             "timeouts",
             f"{label}: timeout hierarchy",
             ok=False,
             where=f"{ap.file}:1:1 {dotted(base)}",
-            message=f"no policy {ap.policy!r} with timeouts in this file",
+            message=f"no policy {ap.policy!r} in this file; it has {', '.join(read.policies)}",
         )
-    t = {k: _secs(doc, (*base, k)) for k in ("request", "task", *{i for i, _ in HIERARCHY})}
+    t = policy.timeouts
     problems: list[str] = []
     client = subject.spec.client_timeout
-    request = t.get("request")
-    if request is not None and request >= client:
+    if t.request >= client:
         problems.append(
-            _where(doc, (*base, "request"))
-            + f": the request budget ({format_duration(request)}) ≥ the client's timeout"
+            _where(read.doc, (*base, "request"))
+            + f": the request budget ({format_duration(t.request)}) ≥ the client's timeout"
             f" ({format_duration(client)}): the client gives up before the agent answers"
         )
     for inner, outer in HIERARCHY:
-        a, b = t.get(inner), t.get(outer)
-        if a is not None and b is not None and a >= b:
+        a, b = getattr(t, inner), getattr(t, outer)
+        if a >= b:
             problems.append(
-                _where(doc, (*base, inner))
+                _where(read.doc, (*base, inner))
                 + f": {inner} ({format_duration(a)}) ≥ the {outer} budget ({format_duration(b)})"
                 f": one {inner} outlives the {outer} that waits for it"
             )
@@ -162,8 +177,7 @@ def _hierarchy(subject: Subject, ap: AgentPolicy, doc: Document, label: str) -> 
         f"{label}: timeout hierarchy",
         ok=not problems,
         expected="client > request > model_call, tool_call, embed, vector, redis; task > calls",
-        observed=f"client {format_duration(client)}, request "
-        + (format_duration(request) if request is not None else "?"),
+        observed=f"client {format_duration(client)}, request {format_duration(t.request)}",
         where="; ".join(problems),
     )
 

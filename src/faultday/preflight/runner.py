@@ -24,7 +24,7 @@ from faultday.core.vocab import Verdict
 from faultday.engine.stacks import build_stack
 from faultday.errors import FaultdayError, UsageError
 from faultday.preflight.base import Area, Subject, error
-from faultday.preflight.config import check_config
+from faultday.preflight.config import check_config, validate_agent_policies
 from faultday.preflight.golden import default_log_rules, plan, run_golden, unknown_components
 from faultday.preflight.logs import scan_logs
 from faultday.preflight.resources import check_resources
@@ -93,6 +93,7 @@ def run_preflight(
     ``faultday stack up`` runs, or on one started for it and stopped after."""
     profile = load_profile(options.profile, base_dir=options.base_dir)
     spec = settings_for(options, profile)  # a bad file fails here, before any stack starts
+    validate_agent_policies(profile, options.base_dir)  # as would the agent: exit 2
     # A wrong --state-dir is a UsageError before any folder exists.
     running = _running(options, profile) if stack is None else None
     folder = folder or new_folder(options.report_dir)
