@@ -3,6 +3,7 @@ example runs, its catalogue lists every event."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from tests.conftest import FAULTDAY, ROOT
 
+from faultday.core.events import HOOKS
 from faultday.core.vocab import EventKind
 
 DOC = ROOT / "docs" / "architecture.md"
@@ -110,6 +112,22 @@ def test_the_catalogue_table_lists_every_event_kind() -> None:
     text = DOC.read_text()
     missing = [k.value for k in EventKind if f"| `{k.value}` |" not in text]
     assert not missing, f"docs/architecture.md's event catalogue lacks {missing}"
+
+
+def test_the_hooks_table_lists_every_hook_with_its_payload_in_catalogue_order() -> None:
+    text = DOC.read_text().split("### The run's hooks", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| `")]
+    want = [
+        (
+            f"| `{name}`",
+            f"`{spec.payload.__name__}`",
+            spec.emitter,
+            spec.when,
+            ", ".join(f"`{f.name}`" for f in dataclasses.fields(spec.payload)) + " |",
+        )
+        for name, spec in HOOKS.items()
+    ]
+    assert [tuple(r) for r in rows] == want
 
 
 @pytest.mark.usefixtures("no_leftovers")

@@ -176,7 +176,7 @@ class ScenarioEnded:
 
 @dataclass(frozen=True, slots=True)
 class GameDayEnded:
-    """Every scenario of a game day ran (or it stopped); its outputs are written."""
+    """Every scenario of a game day ran (or it stopped); its scorecard is final."""
 
     id: str
     folder: Path
@@ -313,7 +313,7 @@ HOOKS: dict[str, HookSpec] = {
         ScenarioEnded, "session", "the run's journal is final, before its reports are rendered"
     ),
     "gameday_ended": HookSpec(
-        GameDayEnded, "game day", "the scorecard and the game day's outputs are written"
+        GameDayEnded, "game day", "the scorecard is final (gameday.json), before its pages render"
     ),
 }
 
