@@ -18,6 +18,7 @@ import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -46,6 +47,12 @@ __all__ = ["ComponentInfo", "EdgeInfo", "Stack", "StackInfo", "stop_recorded_pro
 
 PROXY_API_TIMEOUT = 5.0
 LOG_DIR = "logs"
+# An earlier stack's logs in a reused run folder (`faultday stack up --state-dir`), set
+# aside by `up` as logs/previous/<UTC time they were set aside>/; the newest few are kept.
+PREVIOUS_LOGS = "previous"
+KEEP_PREVIOUS = 5
+_STAMP = "%Y%m%dT%H%M%SZ"
+_STAMP_RE = re.compile(r"^\d{8}T\d{6}Z(?:-\d+)?$")
 TMP_DIR = RUN_TMP_DIR  # every component's TMPDIR; removed when the stack is down
 RUN_MARKER = "FAULTDAY_STACK_RUN"
 UP_TIMEOUT = 120.0  # seconds for every component to be ready, unless ``up`` is told otherwise
@@ -64,6 +71,40 @@ _DISTS = {
     "qdrant": "qdrant-edge-py",
     "vllm": "vllm",
 }
+
+
+def set_aside_logs(log_dir: Path) -> Path | None:
+    """Move the ``*.log`` files an earlier stack left in ``log_dir`` to
+    ``previous/<UTC time>/`` (keeping the newest ``KEEP_PREVIOUS`` such folders);
+    return that folder, or None when there was nothing to move."""
+    old = sorted(p for p in log_dir.glob("*.log") if p.is_file())
+    if not old:
+        return None
+    previous = log_dir / PREVIOUS_LOGS
+    stamp = datetime.now(UTC).strftime(_STAMP)
+    try:
+        previous.mkdir(exist_ok=True)
+        sets = sorted(
+            (d for d in previous.iterdir() if d.is_dir() and _STAMP_RE.match(d.name)),
+            key=_set_order,
+        )
+        # Ups within one second: -2, -3 …, after the last of them (an older one may be gone).
+        n = max((_set_order(d)[1] for d in sets if d.name.startswith(stamp)), default=0) + 1
+        dest = previous / (stamp if n == 1 else f"{stamp}-{n}")
+        dest.mkdir()
+        for p in old:
+            p.rename(dest / p.name)
+        for d in [*sets, dest][:-KEEP_PREVIOUS]:
+            shutil.rmtree(d)
+    except OSError as exc:
+        raise StackError(f"cannot set the earlier stack's logs in {log_dir} aside: {exc}") from exc
+    log.info("an earlier stack's logs (%d files) moved to %s", len(old), dest)
+    return dest
+
+
+def _set_order(folder: Path) -> tuple[str, int]:
+    stamp, _, n = folder.name.partition("-")
+    return stamp, int(n or 1)
 
 
 class Stack:
@@ -208,6 +249,9 @@ class Stack:
             raise StackError("the stack is already up")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / LOG_DIR).mkdir(exist_ok=True)
+        # The logs are this stack's alone: an earlier stack's lines would read as its own
+        # (preflight failed a healthy stack on the last one's errors).
+        set_aside_logs(self.run_dir / LOG_DIR)
         (self.run_dir / TMP_DIR).mkdir(exist_ok=True)
         self.supervisor.reopen()
         ports = PortPlan()  # distinct: each is still free until its process binds it
