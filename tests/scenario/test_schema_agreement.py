@@ -42,6 +42,7 @@ from faultday.core.durations import (
     exact_seconds,
     parse_duration,
     pattern_at_least,
+    pattern_at_most,
 )
 from faultday.errors import ScenarioError
 from faultday.scenario.loader import load_scenario
@@ -66,7 +67,7 @@ BASE: dict[str, Any] = {
         "naive": {"fails": ["error_rate"], "because": "b"},
     },
     "spec": {
-        "duration": "1000000h",
+        "duration": "168h",  # the most a run may last: every fault fits
         "load": {"workload": "chat", "users": 2, "spawn_rate": 2, "sample_interval": "1s"},
         "steady_state": [{"check": "error_rate", "max": 0.5}],
         "faults": [
@@ -472,6 +473,34 @@ def test_the_at_least_pattern_is_the_exact_comparison(
     number = data.draw(NUMBERS | _near(minimum, unit), label="number")
     text = number + unit
     assert bool(_at_least(minimum).search(text)) == (exact_seconds(text) >= minimum), text
+
+
+MAXIMUMS = st.sampled_from([Fraction(3600), Fraction(168 * 3600), Fraction(99 * 3600)]) | (
+    st.integers(1, 10**6).map(lambda hours: Fraction(hours * 3600))
+)
+
+
+@st.composite
+def _near_most(draw: st.DrawFn, maximum: Fraction, unit: str) -> str:
+    """A decimal number at or a digit from ``maximum`` in ``unit``."""
+    n = int(maximum / UNIT_SECONDS[unit]) + draw(st.sampled_from([-1, 0, 0, 1]))
+    zeros = "0" * draw(st.integers(0, 3))
+    tail = draw(st.sampled_from(["", ".0", ".00", ".5", ".0001", ".9"]))
+    return f"{zeros}{max(n, 0)}{tail}"
+
+
+@SETTINGS
+@given(data=st.data(), maximum=MAXIMUMS, unit=UNITS)
+@example(data=None, maximum=Fraction(168 * 3600), unit="h")
+def test_the_at_most_pattern_is_the_exact_comparison(
+    data: st.DataObject | None, maximum: Fraction, unit: str
+) -> None:
+    numbers = ["168", "168.0", "0168.00", "168.0001", "167.9999", "169", "0", "0.5", "1000"]
+    drawn = [data.draw(NUMBERS | _near_most(maximum, unit), label="n")] if data else numbers
+    for number in drawn:
+        text = number + unit
+        by_pattern = bool(re.search(pattern_at_most(maximum), text))
+        assert by_pattern == (exact_seconds(text) <= maximum), text
 
 
 @functools.lru_cache(maxsize=256)

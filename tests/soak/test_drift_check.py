@@ -103,7 +103,7 @@ def test_units_of_the_margin_convert() -> None:
     ctx = rss(60.0, noise_mib=0.0)  # 1 MiB/s
     assert judge(ctx, series="rss", target="llm", max_slope="2MiB/s").verdict == Verdict.PASSED
     assert judge(ctx, series="rss", target="llm", max_slope="3GiB/h").verdict == Verdict.FAILED
-    assert judge(ctx, series="rss", target="llm", max_slope=59 * MIB).verdict == Verdict.FAILED
+    assert judge(ctx, series="rss", target="llm", max_slope="59MiB/min").verdict == Verdict.FAILED
 
 
 def test_p99_latency_per_interval_creeping_fails() -> None:
@@ -156,8 +156,20 @@ def test_fds_and_preemptions_read_their_samples() -> None:
             {"series": "fds", "target": "llm", "max_slope": "lots"},
             "is not <number><unit>/<s|min|h>",
         ),
-        ({"series": "metric", "max_slope": 1}, "give metric exactly when series is metric"),
-        ({"series": "heap", "max_slope": 1}, "series"),
+        ({"series": "metric", "max_slope": "1/min"}, "give metric exactly when series is metric"),
+        ({"series": "heap", "max_slope": "1/min"}, "series"),
+        (
+            {"series": "rss", "target": "llm", "max_slope": 20},
+            "max_slope 20 has no unit; write it as <number><unit>/<s|min|h>, e.g. 20MiB/min",
+        ),
+        ({"series": "fds", "target": "llm", "max_slope": "20"}, "is not <number><unit>/<s|min|h>"),
+        (
+            {"series": "rss", "target": "llm", "max_slope": "1e999MiB/min"},
+            "is too large to be a number; a margin is finite",
+        ),
+        ({"series": "rss", "target": "llm", "max_slope": "-5MiB/min"}, "is not above zero"),
+        ({"series": "fds", "target": "llm", "max_slope": "0/min"}, "is not above zero"),
+        ({"series": "rss", "target": "llm", "max_slope": True}, "must be text such as 5MiB/min"),
     ],
 )
 def test_bad_params_are_refused_with_what_is_valid(params: dict[str, object], message: str) -> None:

@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from faultday.checks.base import Check, CheckContext
 from faultday.checks.common import Params, insufficient, requests_in
 from faultday.checks.trend import theil_sen
+from faultday.core.durations import shown
 from faultday.core.records import bins, metric_values, percentile
 from faultday.core.types import Duration
 from faultday.core.windows import CheckResult, Verdict, Window
@@ -74,25 +75,52 @@ _SLOPE = re.compile(
 )
 
 
-def parse_slope(text: str | float, series: DriftSeries) -> float:
-    """``5MiB/min``, ``200ms/min``, ``1%/min``, ``3/h`` or a bare number (base units a
-    minute) → base units per minute. ValueError naming what is valid."""
-    if isinstance(text, int | float):
-        return float(text)
+SAMPLED = frozenset({DriftSeries.RSS, DriftSeries.FDS, DriftSeries.PREEMPTIONS, DriftSeries.METRIC})
+"""Series with a point per sample (every ``load.sample_interval``); the others have one per
+full ``interval`` of requests."""
+PROCESS_SERIES = frozenset({DriftSeries.RSS, DriftSeries.FDS})
+"""Sampled by the process sampler, which runs only under ``load.shape: soak``."""
+
+
+def parse_slope(text: object, series: DriftSeries) -> float:
+    """``5MiB/min``, ``200ms/min``, ``1%/min``, ``3/h`` → base units per minute, finite and
+    positive. ValueError naming what is wrong and what is valid."""
     unit = UNITS[series]
-    m = _SLOPE.match(text)
     valid = ", ".join(f"{u or '(none)'}" for u in unit.accepted)
+    example = f"5{unit.shown}/min"
+    if isinstance(text, bool) or not isinstance(text, str):
+        # ValueError, not TypeError: pydantic reports only ValueError as a validation error.
+        if isinstance(text, int | float) and not isinstance(text, bool):
+            raise ValueError(  # noqa: TRY004
+                f"max_slope {shown(text)} has no unit; write it as <number><unit>/<s|min|h>, "
+                f"e.g. {shown(text)}{unit.shown}/min (units for {series}: {valid})"
+            )
+        raise ValueError(f"max_slope must be text such as {example}, not {shown(text)}")  # noqa: TRY004
+    m = _SLOPE.match(text)
     if m is None:
         raise ValueError(
-            f"max_slope {text!r} is not <number><unit>/<s|min|h> (e.g. 5MiB/min); "
+            f"max_slope {shown(text)} is not <number><unit>/<s|min|h> (e.g. {example}); "
             f"units for {series}: {valid}"
         )
     number, name, per = m.groups()
     if name not in unit.accepted:
-        raise ValueError(f"max_slope {text!r}: unit {name!r} does not fit {series}; valid: {valid}")
+        raise ValueError(
+            f"max_slope {shown(text)}: unit {name!r} does not fit {series}; valid: {valid}"
+        )
     if per not in _PER:
-        raise ValueError(f"max_slope {text!r}: per {per!r}; valid: s, min, h")
-    return float(number) * unit.accepted[name] / _PER[per]
+        raise ValueError(f"max_slope {shown(text)}: per {shown(per)}; valid: s, min, h")
+    value = float(number) * unit.accepted[name] / _PER[per]
+    if not math.isfinite(value):
+        raise ValueError(
+            f"max_slope {shown(text)} is too large to be a number; a margin is finite, "
+            f"e.g. {example}"
+        )
+    if value <= 0:
+        raise ValueError(
+            f"max_slope {shown(text)} is not above zero; the margin is the growth that "
+            f"fails the check, a positive number such as {example}"
+        )
+    return value
 
 
 class DriftParams(Params):
@@ -101,7 +129,7 @@ class DriftParams(Params):
         default=None, description="the component (rss, fds: required; metric: a filter)"
     )
     metric: str | None = Field(default=None, description="series: metric — the sample name")
-    max_slope: str | float = Field(
+    max_slope: str = Field(
         description="the margin, per minute of real time: 5MiB/min, 2/min, 50ms/min, 0.5%/min"
     )
     confidence: float = Field(default=0.95, ge=0.5, lt=1, description="of the slope's interval")
@@ -110,14 +138,41 @@ class DriftParams(Params):
     )
     min_points: int = Field(default=10, ge=3, description="fewer points → INSUFFICIENT")
 
+    @field_validator("max_slope", mode="before")
+    @classmethod
+    def _slope(cls, value: object, info: ValidationInfo) -> object:
+        series = info.data.get("series")
+        if isinstance(series, DriftSeries):  # else the series' own error says what is wrong
+            parse_slope(value, series)
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> DriftParams:
-        if self.series in (DriftSeries.RSS, DriftSeries.FDS) and not self.target:
+        if self.series in PROCESS_SERIES and not self.target:
             raise ValueError(f"series {self.series} needs a target component")
         if (self.series == DriftSeries.METRIC) != bool(self.metric):
             raise ValueError("give metric exactly when series is metric")
-        parse_slope(self.max_slope, self.series)
         return self
+
+    @property
+    def margin(self) -> float:
+        """``max_slope`` in base units a minute."""
+        return parse_slope(self.max_slope, self.series)
+
+    def step(self, sample_interval: float) -> float:
+        """Scenario seconds between two of this check's points."""
+        return sample_interval if self.series in SAMPLED else self.interval
+
+    def points_in(self, length: float, sample_interval: float) -> int:
+        """The most points a window of ``length`` seconds can give."""
+        step = self.step(sample_interval)
+        # A sampled series may have a sample at both ends; an interval counts only when full.
+        return math.floor(length / step) + (1 if self.series in SAMPLED else 0)
+
+    def length_for(self, points: int, sample_interval: float) -> float:
+        """The shortest window that gives ``points`` points."""
+        gaps = points - 1 if self.series in SAMPLED else points
+        return gaps * self.step(sample_interval)
 
 
 Points = tuple[list[float], list[float]]
@@ -132,7 +187,7 @@ class Drift(Check[DriftParams]):
 
     def evaluate(self, ctx: CheckContext, params: DriftParams, window: Window) -> CheckResult:
         unit = UNITS[params.series]
-        margin = parse_slope(params.max_slope, params.series)
+        margin = params.margin
         what = params.metric if params.series == DriftSeries.METRIC else params.series.value
         label = f"drift {what}" + (f" {params.target}" if params.target else "")
         xs, ys = _points(ctx, params, window)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 from fractions import Fraction
 
 UNIT_SECONDS: dict[str, Fraction] = {
@@ -33,6 +34,8 @@ _NUMBER = r"[0-9]+(?:\.[0-9]+)?"
 _UNIT_ALTS = "us|ms|s|m|h"
 PATTERN = f"^{_LEAD}({_NUMBER}){_LEAD}({_UNIT_ALTS}){_TRAIL}$"
 _RE = re.compile(PATTERN)
+# A number and a word, loosely: to say what is wrong with a string the grammar refuses.
+_LOOSE = re.compile(r"^\s*(.*?)\s*([A-Za-z]*)\s*$", re.DOTALL)
 UNITS_HINT = "a number with a unit: us, ms, s, m or h (e.g. 250ms, 30s, 2m)"
 
 
@@ -56,8 +59,89 @@ def _match(text: object) -> re.Match[str]:
         )
     match = _RE.search(text)
     if match is None:
-        raise ValueError(f"{shown(text)} is not a duration; expected {UNITS_HINT}")
+        raise ValueError(_diagnose(text))
     return match
+
+
+def number_problem(value: float, text: str) -> str | None:
+    """Why a number can be no duration (not a number, negative, infinite), or None."""
+    if math.isnan(value):
+        return f"{text} is not a number; expected {UNITS_HINT}"
+    if value < 0:
+        return f"{text} is negative; a duration is 0 or more, {UNITS_HINT}"
+    if math.isinf(value):
+        return f"{text} is too large: it overflows a number; expected {UNITS_HINT}"
+    return None
+
+
+def loose_seconds(text: object) -> float | None:
+    """Seconds for what reads as a number and a unit even where the grammar refuses it
+    (``1e9s``, ``-5s``, ``nan s``); None when it does not. For messages only."""
+    if not isinstance(text, str) or len(text) > MAX_CHARS:
+        return None
+    number, unit = _split(text)
+    if unit not in _UNITS or not number.isascii():
+        return None
+    try:
+        return float(number) * _UNITS[unit]
+    except ValueError:
+        return None
+
+
+def _split(text: str) -> tuple[str, str]:
+    """A number and a unit, loosely (``nans`` is ``nan`` and ``s``)."""
+    loose = _LOOSE.match(text)
+    number, unit = (loose.group(1), loose.group(2)) if loose else (text, "")
+    if not number:  # letters only: the unit is the longest known ending
+        for known in sorted(_UNITS, key=len, reverse=True):
+            if unit.endswith(known) and len(unit) > len(known):
+                return unit[: -len(known)], known
+    return number, unit
+
+
+def _diagnose(text: str) -> str:
+    """What is wrong with a string the grammar refuses: say it, and what would be valid."""
+    number, unit = _split(text)
+    try:
+        # isascii: float() also reads Arabic-Indic and full-width digits, the grammar does not.
+        value = float(number) if number.isascii() else None
+    except ValueError:
+        value = None
+    if value is None:
+        return _not_a_number(number, text)
+    wrong = number_problem(value, shown(text))
+    if wrong is not None:
+        return wrong
+    if unit not in _UNITS:
+        said = f"unit {shown(unit)} is not one of" if unit else "it has no unit; give one of"
+        return f"{shown(text)} is not a duration: {said} us, ms, s, m or h (e.g. 30s)"
+    if "e" in number.lower():
+        return _exponent(number, unit, text)
+    if number.startswith(("+", "-")):
+        return f"{shown(text)} is not a duration: write it without a sign, {UNITS_HINT}"
+    return f"{shown(text)} is not a duration; expected {UNITS_HINT}"
+
+
+def _not_a_number(number: str, text: str) -> str:
+    if not number:
+        return f"{shown(text)} is not a duration: the number is missing; expected {UNITS_HINT}"
+    digits = "" if number.isascii() else " in ASCII digits (0-9)"
+    return (
+        f"{shown(text)} is not a duration: {shown(number)} is not a number{digits}; "
+        f"expected {UNITS_HINT}"
+    )
+
+
+def _exponent(number: str, unit: str, text: str) -> str:
+    exact = Decimal(number)
+    # adjusted() first: "1e-999999999s" written out would be a gigabyte of zeros.
+    if abs(exact.adjusted()) >= MAX_CHARS or len(digits := format(exact, "f") + unit) > MAX_CHARS:
+        size = "large" if exact.adjusted() > 0 else "precise"
+        return (
+            f"{shown(text)} is too {size}: written out it has more than {MAX_CHARS} "
+            f"characters, the most a duration may have"
+        )
+    return f"{shown(text)} is not a duration: exponent notation is not accepted; write {digits}"
 
 
 def parse_duration(text: object) -> float:
@@ -102,6 +186,36 @@ def pattern_at_least(minimum: Fraction) -> str:
         for unit, factor in UNIT_SECONDS.items()
     ]
     return f"^{_LEAD}(?:{'|'.join(branches)}){_TRAIL}$"
+
+
+def pattern_at_most(maximum: Fraction) -> str:
+    """A PATTERN-shaped regex matching exactly the durations <= ``maximum`` seconds.
+
+    ``maximum`` must be a whole number in every unit (a whole number of hours): the
+    regex then compares integer parts only.
+    """
+    branches = []
+    for unit, factor in UNIT_SECONDS.items():
+        bound = maximum / factor
+        if bound.denominator != 1:
+            raise ValueError(f"{maximum} s is not a whole number of {unit}")
+        n = bound.numerator
+        at_most = f"0*(?:{_integer_below(n)})(?:\\.[0-9]+)?|0*{n}(?:\\.0+)?"
+        branches.append(f"(?:{at_most}){_LEAD}{unit}")
+    return f"^{_LEAD}(?:{'|'.join(branches)}){_TRAIL}$"
+
+
+def _integer_below(n: int) -> str:
+    """Integers 0 <= i < n, written without leading zeros (n >= 1)."""
+    s = str(n)
+    alts = ["0"]
+    if len(s) > 1:
+        alts.append(f"[1-9][0-9]{{0,{len(s) - 2}}}")  # fewer digits
+    for i, d in enumerate(s):  # as many digits, the first difference downward
+        low = 1 if i == 0 else 0
+        if int(d) > low:
+            alts.append(f"{s[:i]}[{low}-{int(d) - 1}]{_digits(len(s) - i - 1)}")
+    return "|".join(alts)
 
 
 def _number_at_least(t: Fraction) -> str:

@@ -7,7 +7,17 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
 
-from faultday.core.types import Bool, Duration, Int, Number, duration_at_least, whole
+from faultday.core.types import (
+    AS_DURATION,
+    Bool,
+    Duration,
+    Int,
+    Number,
+    at_most,
+    at_most_schema,
+    duration_at_least,
+    whole,
+)
 
 API_VERSION = "faultday/v1"
 # (?!\n): Python's "$" also matches before a final newline, ECMA's (editors) does not.
@@ -22,8 +32,11 @@ MAX_LINE = 1_000  # a title, a tag, a name that is not a slug, a reference
 MAX_PATH = 4_096  # a stack profile path (PATH_MAX)
 MAX_USERS = 10_000
 MIN_SAMPLE_INTERVAL = "250ms"
+MAX_RUN = "168h"  # a week: a longer soak is a deployment, not a run the harness holds open
 
 Line = Annotated[str, StringConstraints(max_length=MAX_LINE)]
+RunDuration = Annotated[float, at_most(MAX_RUN), AS_DURATION, at_most_schema(MAX_RUN)]
+"""A run's length: a Duration of at most MAX_RUN."""
 
 # Keys of a check item that place it in time; every other key is the check's own
 # parameter, validated against that check's Params model by the loader.
@@ -216,7 +229,7 @@ class ScenarioSpec(Strict):
         description="stack/<name>.yaml, or a path",
     )
     policy: Line | None = Field(default=None, description="agent resilience profile, e.g. naive")
-    duration: Duration
+    duration: RunDuration = Field(description=f"the run from t=0, at most {MAX_RUN}")
     warmup: Duration = Field(default=5.0, description="load before t=0; not checked")
     recovery: Duration = Field(
         default=10.0, description="time after the last fault before steady state is checked again"

@@ -11,8 +11,11 @@ from faultday.core.durations import (
     PATTERN,
     exact_seconds,
     format_duration,
+    loose_seconds,
+    number_problem,
     parse_duration,
     pattern_at_least,
+    pattern_at_most,
     shown,
 )
 
@@ -21,6 +24,9 @@ def _to_seconds(value: Any) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
         # Bare numbers are ambiguous (seconds? ms?); the format asks for units.
         v = shown(value)
+        wrong = number_problem(float(value), v)  # .nan, .inf, -5: say that first
+        if wrong is not None:
+            raise ValueError(wrong)
         if len(v) > 20:
             msg = f"{v} has no unit; write a number with a unit, e.g. '30s' or '250ms'"
         else:
@@ -72,6 +78,40 @@ Duration = Annotated[
     WithJsonSchema(_schema(PATTERN, "a duration with a unit: 250ms, 30s, 2m")),
 ]
 """Seconds in Python; a string with a unit in YAML, JSON and the schema."""
+
+
+def at_most(maximum: str) -> BeforeValidator:
+    """A Duration's validator that also refuses more than ``maximum`` (e.g. ``"168h"``).
+
+    A value over it in a form the grammar refuses (``1e9s``) is called too large too:
+    that is the first thing wrong with it. Use it with ``at_most_schema``:
+    ``Annotated[float, at_most(M), AS_DURATION, at_most_schema(M)]``.
+    """
+    ceiling = exact_seconds(maximum)
+
+    def check(value: Any) -> float:
+        loose = loose_seconds(value)
+        if loose is not None and loose > ceiling:
+            raise ValueError(f"{shown(value)} is too large: the maximum is {maximum}")
+        seconds = _to_seconds(value)
+        if exact_seconds(value) > ceiling:
+            raise ValueError(f"{shown(value)} is too large: the maximum is {maximum}")
+        return seconds
+
+    return BeforeValidator(check)
+
+
+def at_most_schema(maximum: str) -> WithJsonSchema:
+    """The JSON Schema of a Duration of at most ``maximum`` (a whole number of hours)."""
+    return WithJsonSchema(
+        _schema(
+            pattern_at_most(exact_seconds(maximum)), f"a duration with a unit, at most {maximum}"
+        )
+    )
+
+
+AS_DURATION = PlainSerializer(format_duration, return_type=str)
+"""How a Duration is written back: ``1.5s``, ``2m``."""
 
 
 def duration_at_least(minimum: str) -> Any:

@@ -11,6 +11,7 @@ from typing import TypeVar
 from pydantic import BaseModel, JsonValue, ValidationError
 
 from faultday.checks.base import AnyCheck, check_registry
+from faultday.checks.soak import DriftParams
 from faultday.core.durations import parse_duration
 from faultday.core.plugins import Registry, did_you_mean
 from faultday.core.scenario import MAX_CHECKS, MAX_FAULTS, MAX_PATH, CheckSpec, Fault, Scenario
@@ -18,6 +19,7 @@ from faultday.core.targets import TargetKind
 from faultday.core.yamlpos import Document, PathKey, parse_file, printable, validation_problems
 from faultday.errors import FaultdayError, Problem, ScenarioError
 from faultday.injectors.base import AnyInjector, injector_registry
+from faultday.scenario.drift import DriftItem, drift_findings
 
 SUFFIX = ".scenario.yaml"
 EDGE_ARROW = "->"
@@ -69,6 +71,7 @@ class _Validator:
         self.one_shot: set[str] = set()
         self.fault_names: set[str] = set()
         self._target_cache: dict[str, TargetTable | None] = {}
+        self.drift: list[DriftItem] = []
 
     def add(self, path: PathKey, message: str, *, key: bool = False) -> None:
         self.problems.append(self.doc.problem(path, message, key=key))
@@ -104,6 +107,12 @@ class _Validator:
                 self._check_item(("spec", section, i), raw, section, faults)
         if duration is not None and faults and spec.get("steady_state"):
             self._recovery_room(spec, faults, duration)
+        targets = self._targets(spec.get("stack")) if self.drift else None
+        findings = drift_findings(
+            self.drift, spec=spec, duration=duration, faults=faults, targets=targets
+        )
+        for finding in findings:
+            self.add(finding.path, finding.message)
 
     @staticmethod
     def _duration(spec: dict[str, object]) -> float | None:
@@ -212,9 +221,9 @@ class _Validator:
 
     def _params(
         self, plugin: AnyInjector | AnyCheck, raw: dict[str, JsonValue], path: PathKey
-    ) -> None:
+    ) -> BaseModel | None:
         try:
-            plugin.parse(raw)
+            parsed: BaseModel = plugin.parse(raw)
         except ValidationError as exc:
             for p in validation_problems(self.doc, exc, prefix=path):
                 if p.message == "unknown key":
@@ -224,6 +233,8 @@ class _Validator:
                     self.problems.append(Problem(p.file, p.line, p.col, p.path, hint))
                     continue
                 self.problems.append(p)
+            return None
+        return parsed
 
     def _target(
         self, fault: Fault, injector: AnyInjector, targets: TargetTable, path: PathKey
@@ -268,8 +279,9 @@ class _Validator:
         if section != "abort" and spec.for_ is not None:
             self.add((*path, "for"), "'for' belongs to abort conditions only")
         check = self._plugin(self.checks, spec.check, (*path, "check"))
-        if check is not None:
-            self._params(check, spec.params, path)
+        params = self._params(check, spec.params, path) if check is not None else None
+        if isinstance(params, DriftParams):
+            self.drift.append(DriftItem(path, spec, params))
 
     def _recovery_room(
         self, spec: dict[str, object], faults: dict[str, Fault], duration: float
