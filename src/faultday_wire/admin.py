@@ -20,6 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 FAULTS_PATH: Final = "/admin/faults"
 CANARY_PATH: Final = "/admin/canary"
 LEAK_PATH: Final = "/admin/leak"
+# The most a leak may hold on any machine; the simulator also keeps it within the
+# memory its machine can spare (``llmsim.faults.leak_ceiling``).
+LEAK_MAX_MIB: Final = 65536
 
 
 class FaultKind(StrEnum):
@@ -39,9 +42,10 @@ class FaultSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: FaultKind
-    xid: int = Field(default=79, ge=1, le=999)
+    # Strict: a boolean is not a number (``true`` would be Xid 1 or a factor of 1).
+    xid: int = Field(default=79, ge=1, le=999, strict=True)
     # Bounded and finite: a step already scheduled at x1e300 would outlast clearing the fault.
-    factor: float = Field(default=2.0, gt=0, le=1000, allow_inf_nan=False)
+    factor: float = Field(default=2.0, gt=0, le=1000, allow_inf_nan=False, strict=True)
     id: str = Field(default="", max_length=64, pattern=r"^[A-Za-z0-9_.:-]*$")
 
     @model_validator(mode="after")
@@ -79,13 +83,20 @@ class CanaryShare(BaseModel):
 class LeakSpec(BaseModel):
     """Body of the simulator's ``PUT /admin/leak``: allocate and keep memory at a steady rate.
 
-    One leak per process: a second PUT replaces the rate and keeps what is held.
+    One leak per process: a second PUT replaces the rate and the maximum and keeps
+    what is held, less anything above the new maximum (given back at once). Strict
+    types: a boolean or a string is not a number, a float is not an integer.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
-    rate_mib_per_min: float = Field(gt=0, le=65536, description="MiB a real minute")
-    max_mib: int = Field(default=512, ge=1, le=65536, description="stop growing at this much")
+    rate_mib_per_min: float = Field(gt=0, le=LEAK_MAX_MIB, description="MiB a real minute")
+    max_mib: int = Field(
+        default=512,
+        ge=1,
+        le=LEAK_MAX_MIB,
+        description="stop growing at this much; at most what the machine can spare",
+    )
 
 
 class LeakState(BaseModel):
@@ -97,4 +108,4 @@ class LeakState(BaseModel):
     held_mib: int
     rate_mib_per_min: float = 0.0
     max_mib: int = 0
-    released_mib: int = 0  # DELETE: what was just given back
+    released_mib: int = 0  # DELETE, or a PUT below what is held: what was just given back

@@ -100,6 +100,10 @@ def _delete_fault(base: str, fault_id: str, target: str) -> None:
         return
     except httpx.HTTPError as exc:
         raise RevertError(f"{target}: could not clear fault {fault_id}: {exc}") from exc
+    if resp.status_code == 404:
+        # Idempotent revert: never injected, cleared already, or gone with a restart.
+        log.info("%s: fault %s is not active; nothing to clear", target, fault_id)
+        return
     if resp.status_code != 200:
         raise RevertError(f"{target}: clearing fault {fault_id} answered {resp.status_code}")
 

@@ -15,7 +15,16 @@ import re
 from typing import ClassVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 
 from faultday.core.targets import Revert, Target
 from faultday.errors import InjectionError, RevertError
@@ -46,8 +55,11 @@ def rate_mib_per_min(value: str | float) -> float:
 class LeakParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    rate: str | float = Field(description="memory kept per real minute: 60MiB/min, 1MiB/s")
-    max_: str | int = Field(
+    # Strict, as the simulator's body is: `true` is not a rate of 1.
+    rate: StrictStr | StrictFloat = Field(
+        description="memory kept per real minute: 60MiB/min, 1MiB/s"
+    )
+    max_: StrictStr | StrictInt = Field(
         default="512MiB", alias="max", description="stop growing at this much: 512MiB, 1GiB"
     )
 

@@ -24,11 +24,13 @@ import mmap
 import os
 import time
 import uuid
+from dataclasses import dataclass
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 # The body of POST /admin/faults is shared with the harness's injectors.
-from faultday_wire.admin import FaultKind, FaultSpec, LeakSpec, LeakState
+from faultday_wire.admin import LEAK_MAX_MIB, FaultKind, FaultSpec, LeakSpec, LeakState
 
 __all__ = [
     "FATAL_KINDS",
@@ -36,8 +38,10 @@ __all__ = [
     "FaultKind",
     "FaultSpec",
     "Leak",
+    "LeakCeiling",
     "activate",
     "kernel_line",
+    "leak_ceiling",
     "xid_of",
 ]
 
@@ -122,6 +126,73 @@ def kernel_line(spec: FaultSpec, *, pci: str, boot: float) -> str:
 
 MIB = 1 << 20
 LEAK_TICK_S = 0.25
+# What a leak leaves the machine: the larger of this and a tenth of its memory.
+LEAK_MARGIN_MIB = 1024
+MEMINFO = Path("/proc/meminfo")
+CGROUP = Path("/sys/fs/cgroup")
+
+
+@dataclass(frozen=True, slots=True)
+class LeakCeiling:
+    """The most a leak may hold here: what the machine can spare, and why."""
+
+    mib: int
+    why: str
+
+
+def _meminfo() -> dict[str, int]:
+    """``/proc/meminfo``'s fields in MiB; empty when it cannot be read."""
+    fields: dict[str, int] = {}
+    try:
+        lines = MEMINFO.read_text(encoding="ascii").splitlines()
+    except OSError:
+        return fields
+    for line in lines:
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            fields[name] = int(parts[0]) // 1024  # kB
+    return fields
+
+
+def _cgroup_mib(name: str) -> int | None:
+    """A cgroup v2 memory file of this process's group (``memory.max`` …) in MiB, if set."""
+    try:
+        text = (CGROUP / name).read_text(encoding="ascii").strip()
+    except OSError:
+        return None
+    return int(text) // MIB if text.isdigit() else None
+
+
+def host_memory_mib() -> tuple[int, int]:
+    """(total, available) memory in MiB: /proc/meminfo, else sysconf; within a cgroup's limit."""
+    info = _meminfo()
+    total, available = info.get("MemTotal"), info.get("MemAvailable")
+    if total is None or available is None:
+        page = os.sysconf("SC_PAGE_SIZE")
+        total = os.sysconf("SC_PHYS_PAGES") * page // MIB
+        available = os.sysconf("SC_AVPHYS_PAGES") * page // MIB
+    limit, used = _cgroup_mib("memory.max"), _cgroup_mib("memory.current")
+    if limit is not None:  # a container sees the host's meminfo, but its limit kills it
+        total = min(total, limit)
+        available = min(available, max(0, limit - (used or 0)))
+    return total, available
+
+
+def leak_ceiling(held_mib: int) -> LeakCeiling:
+    """The largest ``max_mib`` a leak may have now, keeping a margin of the machine's memory.
+
+    What is held already counts as available: a new maximum may reuse it.
+    """
+    total, available = host_memory_mib()
+    margin = max(LEAK_MARGIN_MIB, total // 10)
+    spare = available + held_mib - margin
+    mib = max(0, min(LEAK_MAX_MIB, spare))
+    why = (
+        f"{available} MiB available + {held_mib} MiB held by the leak - a margin of "
+        f"{margin} MiB (of {total} MiB); at most {LEAK_MAX_MIB} MiB on any machine"
+    )
+    return LeakCeiling(mib, why)
 
 
 class Leak:
@@ -155,14 +226,29 @@ class Leak:
             released_mib=released,
         )
 
-    def start(self, spec: LeakSpec) -> None:
-        """Begin (or change the rate of) the leak; must run on the event loop."""
+    def start(self, spec: LeakSpec) -> int:
+        """Begin (or change the rate and maximum of) the leak; must run on the event loop.
+
+        Never holds more than the new maximum: what is above it is given back at once.
+        Returns the MiB given back.
+        """
         self.spec = spec
+        released = self._release_above(spec.max_mib)
         self._started = time.monotonic()
         self._base = self.held_mib
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._grow(), name="llmsim-leak")
         log.warning("leak: %.3g MiB/min up to %d MiB", spec.rate_mib_per_min, spec.max_mib)
+        return released
+
+    def _release_above(self, keep_mib: int) -> int:
+        released = 0
+        while self.held_mib > keep_mib:
+            self._chunks.pop().close()  # unmapped: back to the kernel
+            released += 1
+        if released:
+            log.warning("leak: released %d MiB above the new maximum", released)
+        return released
 
     def grow_once(self, now: float) -> None:
         spec = self.spec

@@ -41,6 +41,7 @@ from faultday_refstack.llmsim.faults import (
     Leak,
     activate,
     kernel_line,
+    leak_ceiling,
     xid_of,
 )
 from faultday_refstack.llmsim.gpu import IDLE, SimGpu, identity
@@ -172,6 +173,22 @@ class PlainError(Exception):
         super().__init__(detail)
         self.status = status
         self.detail = detail
+
+
+ADMIN_PREFIX = "/admin/"
+_ADMIN_TYPES = {404: "NotFoundError", 405: "MethodNotAllowedError"}
+
+
+def admin_error(exc: DetailError | PlainError) -> HttpError:
+    """An error of the simulator's admin API, in the API's own shape (``{"error": ...}``).
+
+    vLLM answers a body it cannot parse, and Starlette an unknown path, with
+    ``{"detail": ...}``; the admin routes are the simulator's, so they never do.
+    """
+    if isinstance(exc, PlainError):
+        return HttpError(exc.status, exc.detail, _ADMIN_TYPES.get(exc.status, "BadRequestError"))
+    why = f": {exc.__cause__}" if exc.__cause__ is not None else ""
+    return HttpError(exc.status, f"{exc.message}{why}", "BadRequestError")
 
 
 @dataclass(slots=True)
@@ -585,7 +602,7 @@ class LlmSim:
         handler = self._routes.get((method, path))
         # The http_* families, as vLLM's Instrumentator counts them: not its probe and
         # metrics paths, nor the simulator's own admin API (vLLM has none).
-        if path in HTTP_EXCLUDED or path.startswith("/admin/"):
+        if path in HTTP_EXCLUDED or path.startswith(ADMIN_PREFIX):
             await self._dispatch(handler, scope, receive, send)
             return
         status_and_size = [500, 0]
@@ -624,8 +641,14 @@ class LlmSim:
         if handler is None:
             handler = self._not_found
         try:
-            self._guard(scope)
-            await handler(scope, receive, send)
+            try:
+                self._guard(scope)
+                await handler(scope, receive, send)
+            except (DetailError, PlainError) as exc:
+                if not path.startswith(ADMIN_PREFIX):
+                    raise
+                # The simulator's own API (vLLM has none) answers every error in one shape.
+                raise admin_error(exc) from exc
         except HttpError as exc:
             await send_json(send, exc.status, exc.body())
             if exc.message == ENGINE_DEAD_MESSAGE:
@@ -766,6 +789,8 @@ class LlmSim:
     async def _faults_delete(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
         fid = path.removeprefix("/admin/faults").strip("/") or None
+        if fid is not None and fid not in self.faults:
+            raise HttpError(404, f"no fault with id {fid!r}", "NotFoundError")
         cleared = self.clear_faults(fid)
         await send_json(send, 200, {"cleared": cleared, **self._faults_view()})
 
@@ -779,8 +804,15 @@ class LlmSim:
             spec = LeakSpec.model_validate(body)
         except ValidationError as exc:
             raise body_validation_error(exc, "BadRequestError") from exc
-        self.leak.start(spec)
-        await send_json(send, 200, self.leak.state().model_dump())
+        ceiling = leak_ceiling(self.leak.held_mib)
+        if spec.max_mib > ceiling.mib:
+            raise bad_request(
+                f"max_mib {spec.max_mib} is more than this machine can spare: {ceiling.mib} MiB "
+                f"({ceiling.why})",
+                "body.max_mib",
+            )
+        released = self.leak.start(spec)
+        await send_json(send, 200, self.leak.state(released=released).model_dump())
 
     async def _leak_delete(self, scope: Scope, receive: Receive, send: Send) -> None:
         released = self.leak.release()
