@@ -16,6 +16,7 @@ never a traceback or a hang.
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 from dataclasses import dataclass, field
@@ -438,9 +439,45 @@ def validation_problems(
         if kind == "missing":
             problems.append(doc.problem(path[:-1], f"missing required key {path[-1]!r}"))
             continue
+        not_finite = _not_finite(err["input"]) if kind in _NUMBER_ERRORS else None
+        if not_finite is not None:
+            problems.append(doc.problem(path, f"{not_finite}; {_expected(kind, err)}"))
+            continue
         msg = msg.removeprefix("Value error, ")
         problems.append(doc.problem(path, msg))
     return problems
+
+
+# pydantic's errors for a number out of its bounds or not finite: for NaN they say
+# "should be less than or equal to 1", true of no NaN and no help.
+_NUMBER_ERRORS = {
+    "finite_number": "",
+    "greater_than": "> {gt}",
+    "greater_than_equal": "≥ {ge}",
+    "less_than": "< {lt}",
+    "less_than_equal": "≤ {le}",
+}
+
+
+def _not_finite(value: object) -> str | None:
+    """What is wrong with a NaN or an infinity (YAML's .nan, .inf, 1e999), else None."""
+    try:
+        number = float(value) if isinstance(value, int | float | str) else 0.0
+    except (ValueError, OverflowError):
+        return None
+    # A float came from YAML: name it as YAML writes it (.nan, .inf, -.inf).
+    text = shown(value) if not isinstance(value, float) else str(value).replace("nan", ".nan")
+    text = text.replace("inf", ".inf") if isinstance(value, float) else text
+    if math.isnan(number):
+        return f"{text} is not a number"
+    if math.isinf(number):
+        return f"{text} is infinite (or too large for a number)"
+    return None
+
+
+def _expected(kind: str, err: Any) -> str:
+    bound = _NUMBER_ERRORS[kind].format(**err.get("ctx", {})) if err.get("ctx") else ""
+    return f"expected a finite number{f' {bound}' if bound else ''}"
 
 
 def by_position(problems: list[Problem]) -> list[Problem]:
