@@ -118,3 +118,23 @@ def test_subset_keeps_dependencies_and_drops_foreign_edges() -> None:
     assert set(p.spec.components) == {"qdrant", "redis"}
     assert p.spec.edges == ()
     assert p.spec.proxy is None
+
+
+def test_an_unknown_key_of_a_component_named_like_a_field_gets_the_components_keys(
+    tmp_path: Path,
+) -> None:
+    # `ready` is a component's name here, not its probe: the hint is ComponentSpec's keys.
+    f = write_profile(
+        tmp_path / "p.yaml",
+        """\
+        spec:
+          proxy: null
+          components:
+            ready: {comand: ["{python}", "-c", "pass"]}
+        """,
+    )
+    with pytest.raises(ScenarioError) as info:
+        load_profile(str(f), base_dir=tmp_path)
+    (problem,) = info.value.problems
+    assert problem.path == "spec.components.ready.comand"
+    assert problem.message == "unknown key; did you mean 'command'?"
