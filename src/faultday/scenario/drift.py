@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from faultday.checks.soak import PROCESS_SERIES, SAMPLED, DriftParams
+from faultday.checks.soak import PROCESS_SERIES, SAMPLED, DriftParams, DriftSeries
 from faultday.core.durations import exact_seconds, format_duration, parse_duration
 from faultday.core.plugins import did_you_mean
 from faultday.core.scenario import MIN_SAMPLE_INTERVAL, CheckSpec, Fault, LoadShape
@@ -34,7 +34,19 @@ class DriftItem:
 
     path: PathKey
     spec: CheckSpec
-    params: DriftParams
+    params: DriftParams | None  # None when they are invalid (reported on their own)
+
+    @property
+    def target(self) -> str | None:
+        target = self.spec.params.get("target")
+        return target if isinstance(target, str) else None
+
+    @property
+    def series(self) -> DriftSeries | None:
+        try:
+            return DriftSeries(str(self.spec.params.get("series")))
+        except ValueError:
+            return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +104,7 @@ def drift_findings(
 
 
 def _target(item: DriftItem, run: _Run) -> list[Finding]:
-    target = item.params.target
+    target = item.target
     if target is None or run.targets is None:
         return []
     components = sorted(n for n, k in run.targets.items() if k == TargetKind.COMPONENT)
@@ -110,12 +122,12 @@ def _target(item: DriftItem, run: _Run) -> list[Finding]:
 
 def _sampler(item: DriftItem, run: _Run) -> list[Finding]:
     shape = run.load.get("shape", LoadShape.CONSTANT.value)
-    if item.params.series not in PROCESS_SERIES or shape == LoadShape.SOAK.value:
+    if item.series not in PROCESS_SERIES or shape == LoadShape.SOAK.value:
         return []
     return [
         Finding(
             (*item.path, "series"),
-            f"series {item.params.series} is sampled only when the load's shape is soak "
+            f"series {item.series} is sampled only when the load's shape is soak "
             f"(the process sampler), and this load's is {shape}; set spec.load.shape: soak",
         )
     ]
@@ -139,6 +151,8 @@ def _window(item: DriftItem, run: _Run) -> tuple[float, str, PathKey] | None:
 
 def _points(item: DriftItem, run: _Run) -> list[Finding]:
     p = item.params
+    if p is None:
+        return []
     sample_interval = run.sample_interval()
     window = _window(item, run)
     if sample_interval is None or window is None:
@@ -173,7 +187,7 @@ def _points(item: DriftItem, run: _Run) -> list[Finding]:
 
 
 def _step_key(item: DriftItem, run: _Run) -> tuple[str, PathKey]:
-    if item.params.series not in SAMPLED:
+    if item.series not in SAMPLED:
         raw_has = "interval" in item.spec.params
         return "an interval", (*item.path, "interval") if raw_has else item.path
     if "sample_interval" in run.load:

@@ -11,7 +11,7 @@ from typing import TypeVar
 from pydantic import BaseModel, JsonValue, ValidationError
 
 from faultday.checks.base import AnyCheck, check_registry
-from faultday.checks.soak import DriftParams
+from faultday.checks.soak import Drift, DriftParams
 from faultday.core.durations import parse_duration
 from faultday.core.plugins import Registry, did_you_mean
 from faultday.core.scenario import MAX_CHECKS, MAX_FAULTS, MAX_PATH, CheckSpec, Fault, Scenario
@@ -280,8 +280,10 @@ class _Validator:
             self.add((*path, "for"), "'for' belongs to abort conditions only")
         check = self._plugin(self.checks, spec.check, (*path, "check"))
         params = self._params(check, spec.params, path) if check is not None else None
-        if isinstance(params, DriftParams):
-            self.drift.append(DriftItem(path, spec, params))
+        if isinstance(check, Drift):  # its target and series are judged even if params fail
+            self.drift.append(
+                DriftItem(path, spec, params if isinstance(params, DriftParams) else None)
+            )
 
     def _recovery_room(
         self, spec: dict[str, object], faults: dict[str, Fault], duration: float
