@@ -20,8 +20,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import gevent  # type: ignore[import-untyped]
-from gevent.lock import Semaphore  # type: ignore[import-untyped]
+import gevent
+from gevent.lock import Semaphore
 from locust import FastHttpUser, LoadTestShape, constant, events, task
 from locust.exception import StopUser
 
