@@ -24,7 +24,10 @@ from faultday.cluster.chaosmesh import PLURALS, ChaosMeshParams, build, object_n
 from faultday.cluster.client import ClusterError, KubernetesCluster, Taint
 from faultday.cluster.config import ClusterAccess
 from faultday.cluster.guards import BlastRadius
-from faultday.cluster.kubernetes import KubernetesStack
+from faultday.cluster.kubernetes import KubernetesStack, Touch
+from faultday.cluster.official_images import LLM_TYPES
+from faultday.cluster.plan import component_pods
+from faultday.core.scenario import Fault
 from faultday.core.targets import Revert, Target
 from faultday.core.types import Duration
 from faultday.errors import InjectionError, RevertError
@@ -32,7 +35,11 @@ from faultday.injectors.base import FaultContext, Injector, RevertData
 
 log = logging.getLogger(__name__)
 
-LLM_TYPES = frozenset({"llmsim", "vllm"})
+KUBERNETES = frozenset({KubernetesStack.driver})
+
+
+def _why(fault: Fault) -> str:
+    return f"fault {fault.name} at {fault.at:g}s"
 
 
 class _Params(BaseModel):
@@ -109,6 +116,18 @@ class PodDelete(Injector[PodDeleteParams, PodDeleteData]):
     summary = "Kubernetes: delete N or N% of a component's pods"
     Params = PodDeleteParams
     Data = PodDeleteData
+    drivers = KUBERNETES
+
+    def touches(
+        self, stack: KubernetesStack, fault: Fault, *, cluster: KubernetesCluster | None
+    ) -> list[Touch]:
+        """The pods it would delete (all that match: which ones is decided at inject)."""
+        w = fault.with_
+        amount = f"{w['percent']}% of" if "percent" in w else f"{w.get('count', 1)} of"
+        return [
+            Touch("delete", "Pod", stack.namespace, p, f"{_why(fault)}: {amount} these")
+            for p in component_pods(stack, fault.target, cluster)
+        ]
 
     def prepare(
         self, ctx: FaultContext, target: Target, params: PodDeleteParams, *, fault: str
@@ -189,6 +208,27 @@ class NodeGpuLoss(Injector[NodeGpuLossParams, NodeGpuLossData]):
     Params = NodeGpuLossParams
     Data = NodeGpuLossData
     component_types = LLM_TYPES
+    drivers = KUBERNETES
+
+    def touches(
+        self, stack: KubernetesStack, fault: Fault, *, cluster: KubernetesCluster | None
+    ) -> list[Touch]:
+        """The node it would cordon and taint, the pods on it, and the revert."""
+        ns, why, w = stack.namespace, _why(fault), fault.with_
+        node = str(w.get("node") or "")
+        if not node and cluster is not None:
+            try:
+                node = next((p.node for p in cluster.list_pods(ns, component=fault.target)), "")
+            except ClusterError:
+                node = ""
+        shown = node or f"<node of {fault.target}>"
+        out = [Touch("cordon+taint", "Node", "", shown, f"{why}: nvidia.com/gpu=unhealthy")]
+        if w.get("delete_pods", True):
+            out += [
+                Touch("delete", "Pod", ns, p, f"{why}: on {shown}")
+                for p in component_pods(stack, fault.target, cluster, node=node or None)
+            ]
+        return [*out, Touch("untaint+uncordon", "Node", "", shown, f"revert of {fault.name}")]
 
     def prepare(
         self, ctx: FaultContext, target: Target, params: NodeGpuLossParams, *, fault: str
@@ -285,6 +325,21 @@ class ChaosMesh(Injector[ChaosMeshInjectorParams, ChaosData]):
     Params = ChaosMeshInjectorParams
     Data = ChaosData
     suffix_len: ClassVar[int] = 8
+    drivers = KUBERNETES
+
+    def touches(
+        self, stack: KubernetesStack, fault: Fault, *, cluster: KubernetesCluster | None
+    ) -> list[Touch]:
+        """The Chaos Mesh object it would create, and delete at the revert."""
+        w = fault.with_
+        params = ChaosMeshParams.model_validate({k: v for k, v in w.items() if k != "gone_timeout"})
+        ns, kind, name = stack.namespace, str(params.kind), object_name(fault.name, "<id>")
+        return [
+            Touch(
+                "create", kind, ns, name, f"{_why(fault)}: selects {stack.selector(fault.target)}"
+            ),
+            Touch("delete", kind, ns, name, f"revert of {fault.name}"),
+        ]
 
     def prepare(
         self, ctx: FaultContext, target: Target, params: ChaosMeshInjectorParams, *, fault: str

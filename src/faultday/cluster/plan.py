@@ -3,18 +3,54 @@
 Without ``--live`` the plan is computed from the rendered manifests and the
 scenario alone (no API call): pods appear as their label selector. With a
 cluster connection, selectors are resolved to the pods and nodes they match now.
+
+Which faults act on cluster objects is what each injector declares (``drivers``
+containing ``kubernetes``; see docs/kubernetes.md), read through the injector
+registry; a fault that is also a ``PlannedFault`` lists its objects itself.
 """
 
 from __future__ import annotations
 
-from faultday.cluster.chaosmesh import ChaosMeshParams, object_name
-from faultday.cluster.client import ClusterError, KubernetesCluster
+from typing import Protocol, runtime_checkable
+
+from faultday.cluster.client import KubernetesCluster
 from faultday.cluster.config import LoadPlacement
 from faultday.cluster.kubernetes import KubernetesStack, Touch
 from faultday.cluster.load_jobs import advertised_sink, load_objects
+from faultday.core.plugins import Registry
 from faultday.core.scenario import Fault, Scenario
+from faultday.errors import FaultdayError
+from faultday.injectors.base import AnyInjector, injector_registry
 
-K8S_INJECTORS = frozenset({"pod_delete", "node_gpu_loss", "chaos_mesh"})
+
+@runtime_checkable
+class PlannedFault(Protocol):
+    """A Kubernetes fault that says, without acting, which objects it would change."""
+
+    def touches(
+        self, stack: KubernetesStack, fault: Fault, *, cluster: KubernetesCluster | None
+    ) -> list[Touch]:
+        """The objects ``fault`` would change, in the order it changes them."""
+        ...
+
+
+def is_kubernetes_fault(injector: type[AnyInjector]) -> bool:
+    """Whether the injector declares that it acts through the kubernetes driver."""
+    return injector.drivers is not None and KubernetesStack.driver in injector.drivers
+
+
+def kubernetes_injectors(registry: Registry[AnyInjector] | None = None) -> frozenset[str]:
+    """The injectors that act on cluster objects, by what each declares (``drivers``)."""
+    registry = registry or injector_registry()
+    found = set()
+    for name in registry.names():
+        try:
+            injector = registry.get(name)
+        except FaultdayError:
+            continue  # unavailable here (an optional extra missing): it runs nowhere
+        if is_kubernetes_fault(injector):
+            found.add(name)
+    return frozenset(found)
 
 
 def plan(
@@ -25,8 +61,10 @@ def plan(
     if scenario is not None:
         load = load_touches(stack, scenario)
         out += [t for t in load if t.action == "apply"]
+        registry = injector_registry()
         for fault in sorted(scenario.spec.faults, key=lambda f: f.at):
-            out += fault_touches(stack, fault, cluster=stack.cluster if live else None)
+            cluster = stack.cluster if live else None
+            out += fault_touches(stack, fault, cluster=cluster, registry=registry)
         out += [t for t in load if t.action == "delete"]
         out += [t for t in stack.plan() if t.why == "down"]
     return out
@@ -60,13 +98,14 @@ def load_touches(stack: KubernetesStack, scenario: Scenario) -> list[Touch]:
     return out
 
 
-def _pods(
+def component_pods(
     stack: KubernetesStack,
     component: str,
     cluster: KubernetesCluster | None,
     *,
     node: str | None = None,
 ) -> list[str]:
+    """The component's pods (on ``node``): their names live, else their label selector."""
     if cluster is None:
         sel = stack.selector(component) + (f",spec.nodeName={node}" if node else "")
         return [f"-l {sel}"]
@@ -74,45 +113,25 @@ def _pods(
 
 
 def fault_touches(
-    stack: KubernetesStack, fault: Fault, *, cluster: KubernetesCluster | None = None
+    stack: KubernetesStack,
+    fault: Fault,
+    *,
+    cluster: KubernetesCluster | None = None,
+    registry: Registry[AnyInjector] | None = None,
 ) -> list[Touch]:
-    """What one fault changes. Proxy faults name the sidecar; other injectors touch no object."""
+    """What one fault changes: a Kubernetes fault's objects, a proxy fault's sidecar; other
+    injectors touch no object."""
     ns = stack.namespace
     why = f"fault {fault.name} at {fault.at:g}s"
-    w = fault.with_
-    if fault.inject == "pod_delete":
-        amount = f"{w['percent']}% of" if "percent" in w else f"{w.get('count', 1)} of"
+    registry = registry or injector_registry()
+    injector = registry.get(fault.inject)
+    if is_kubernetes_fault(injector):
+        instance = injector()
+        if isinstance(instance, PlannedFault):
+            return instance.touches(stack, fault, cluster=cluster)
         return [
-            Touch("delete", "Pod", ns, p, f"{why}: {amount} these")
-            for p in _pods(stack, fault.target, cluster)
-        ]
-    if fault.inject == "node_gpu_loss":
-        node = str(w.get("node") or "")
-        if not node and cluster is not None:
-            try:
-                node = next((p.node for p in cluster.list_pods(ns, component=fault.target)), "")
-            except ClusterError:
-                node = ""
-        shown = node or f"<node of {fault.target}>"
-        out = [Touch("cordon+taint", "Node", "", shown, f"{why}: nvidia.com/gpu=unhealthy")]
-        if w.get("delete_pods", True):
-            out += [
-                Touch("delete", "Pod", ns, p, f"{why}: on {shown}")
-                for p in _pods(stack, fault.target, cluster, node=node or None)
-            ]
-        return [*out, Touch("untaint+uncordon", "Node", "", shown, f"revert of {fault.name}")]
-    if fault.inject == "chaos_mesh":
-        params = ChaosMeshParams.model_validate({k: v for k, v in w.items() if k != "gone_timeout"})
-        name = object_name(fault.name, "<id>")
-        return [
-            Touch(
-                "create",
-                str(params.kind),
-                ns,
-                name,
-                f"{why}: selects {stack.selector(fault.target)}",
-            ),
-            Touch("delete", str(params.kind), ns, name, f"revert of {fault.name}"),
+            Touch("fault", "Pod", ns, p, f"{why}: {fault.inject} acts on these")
+            for p in component_pods(stack, fault.target, cluster)
         ]
     if fault.target in stack.target_names() and "->" in fault.target:
         e = stack.target(fault.target)

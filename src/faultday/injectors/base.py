@@ -62,6 +62,10 @@ class Injector(ABC, Generic[P, R]):
     component_types: ClassVar[frozenset[str] | None] = None
     # True when the fault has no window of its own (e.g. a kill without restart).
     one_shot: ClassVar[bool] = False
+    # None = the fault works on any stack driver; otherwise the drivers (names in the
+    # faultday.drivers entry points) it acts through. A fault declaring "kubernetes" is
+    # planned by `faultday k8s plan` (faultday.cluster.plan) with no list to edit.
+    drivers: ClassVar[frozenset[str] | None] = None
 
     def parse(self, raw: dict[str, JsonValue]) -> P:
         return self.Params.model_validate(raw)
