@@ -15,6 +15,7 @@ import pytest
 
 from faultday.core.events import (
     HOOKS,
+    AbortTripped,
     CheckEvaluated,
     EventHook,
     FaultApplied,
@@ -25,7 +26,7 @@ from faultday.core.events import (
     Status,
 )
 from faultday.core.journal import Journal, RunVerdict
-from faultday.core.vocab import Phase
+from faultday.core.vocab import Phase, Section
 from faultday.gameday import run_gameday
 from faultday.scenario.loader import load_scenario
 from faultday.session import Settings, run_scenario
@@ -130,6 +131,37 @@ def test_a_run_fires_its_hooks_in_the_order_things_happen(tmp_path: Path) -> Non
     # The live display's ticks: one per phase at least, each with the run's duration.
     ticks = [p for _, p in rec.seen if isinstance(p, Status)]
     assert len(ticks) >= len(RUN_ORDER) - 5 and {t.duration for t in ticks} == {6.0}
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_an_abort_fires_abort_tripped_after_its_check_and_every_applied_fault_is_reverted(
+    tmp_path: Path,
+) -> None:
+    # web serves its folder, where /missing answers 404: the abort trips once the freeze acts.
+    text = (DATA / "pause.scenario.yaml").read_text() + (
+        "  abort:\n    - {check: health, target: web, path: /missing, status: 200, for: 1.5s}\n"
+    )
+    path = _suite(tmp_path)
+    path.write_text(text)
+    events = RunEvents()
+    rec = Recorder()
+    rec.listen(events)
+    loaded = load_scenario(path)
+    settings = Settings(report_dir=tmp_path / "reports", base_dir=tmp_path, time_scale=SCALE)
+    journal = run_scenario(loaded, settings=settings, events=events).journal
+    assert journal.verdict == RunVerdict.ABORTED, journal.reason
+    names = [n for n, _ in rec.seen]
+    assert names.count("abort_tripped") == 1
+    i = names.index("abort_tripped")
+    before, tripped = rec.seen[i - 1][1], rec.seen[i][1]
+    assert isinstance(before, CheckEvaluated) and before.section == Section.ABORT
+    assert isinstance(tripped, AbortTripped) and tripped.check == "health"
+    assert tripped.reason == journal.reason and tripped.t >= 1.5
+    after = rec.names()[rec.names().index("abort_tripped") :]
+    assert after[1] == f"phase:{Phase.REVERT}" and after[-1] == "scenario_ended"
+    applied = {p.fault for _, p in rec.seen if isinstance(p, FaultApplied)}
+    reverted = {p.fault for _, p in rec.seen if isinstance(p, FaultReverted) and p.ok}
+    assert "freeze" in applied and applied == reverted
 
 
 def _boom(payload: object) -> None:
