@@ -23,12 +23,19 @@ from faultday_wire.durations import Duration, shown
 MAX_ATTEMPTS = 20
 
 
+def _not_a_number(value: object) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return True
+    # isnan() only on a float: an int past a float's range would raise OverflowError.
+    return isinstance(value, float) and math.isnan(value)
+
+
 def _number(*, whole: bool, low: float, high: float) -> BeforeValidator:
     """A YAML number within [low, high]; a string, a yes/no or nan is refused by name."""
     expected = f"expected {'a whole number' if whole else 'a number'} from {low:g} to {high:g}"
 
     def check(value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        if _not_a_number(value):
             wrong = "is not a number"
         elif value < low:
             wrong = "is too small"
