@@ -42,9 +42,9 @@ def _what_is_wrong(number: float, text: str) -> str | None:
     if math.isnan(number):
         return f"{text} is not a number; expected {UNITS_HINT}"
     if number < 0:
-        return f"{text} is negative; a duration is 0 or more, {UNITS_HINT}"
+        return f"{text} is negative; expected 0 or more, {UNITS_HINT}"
     if math.isinf(number):
-        return f"{text} is too large; a duration is at most {MAX_SECONDS / 3600:g}h"
+        return f"{text} is too large; expected a duration of at most {MAX_SECONDS / 3600:g}h"
     return None
 
 
@@ -61,7 +61,7 @@ def _diagnose(text: str) -> str:
     if wrong is not None:
         return wrong
     if factor is not None and value * factor > MAX_SECONDS:
-        return f"{shown(text)} is too large; a duration is at most {MAX_SECONDS / 3600:g}h"
+        return f"{shown(text)} is too large; expected a duration of at most {MAX_SECONDS / 3600:g}h"
     if factor is None:
         return f"{shown(text)}: {shown(unit) if unit else 'no'} unit; expected {UNITS_HINT}"
     return f"{shown(text)} is not a duration as written; expected {UNITS_HINT}"
@@ -75,7 +75,7 @@ def parse_duration(text: object) -> float:
         # Bare numbers are ambiguous (seconds? ms?); the format asks for units.
         wrong = _what_is_wrong(float(text), shown(text)) if isinstance(text, float) else None
         if wrong is None and isinstance(text, int) and text < 0:
-            wrong = f"{shown(text)} is negative; a duration is 0 or more, {UNITS_HINT}"
+            wrong = f"{shown(text)} is negative; expected 0 or more, {UNITS_HINT}"
         raise ValueError(wrong or f"{shown(text)} has no unit; write it as e.g. '{shown(text)}s'")  # noqa: TRY004
     if len(text) > MAX_CHARS:
         raise ValueError(
@@ -94,7 +94,7 @@ def _bounded_seconds(value: Any) -> float:
     seconds = parse_duration(value)
     if seconds > MAX_SECONDS:
         raise ValueError(
-            f"{shown(value)} is too large; a duration is at most {MAX_SECONDS / 3600:g}h"
+            f"{shown(value)} is too large; expected a duration of at most {MAX_SECONDS / 3600:g}h"
         )
     return seconds
 

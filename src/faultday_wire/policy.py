@@ -30,7 +30,7 @@ def _not_a_number(value: object) -> bool:
     return isinstance(value, float) and math.isnan(value)
 
 
-def _number(*, whole: bool, low: float, high: float) -> BeforeValidator:
+def bounded(*, whole: bool, low: float, high: float) -> BeforeValidator:
     """A YAML number within [low, high]; a string, a yes/no or nan is refused by name."""
     expected = f"expected {'a whole number' if whole else 'a number'} from {low:g} to {high:g}"
 
@@ -51,11 +51,13 @@ def _number(*, whole: bool, low: float, high: float) -> BeforeValidator:
     return BeforeValidator(check)
 
 
-class _Model(BaseModel):
+class StrictModel(BaseModel):
+    """What both sides read from a YAML file: unknown keys refused, frozen, finite."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class Timeouts(_Model):
+class Timeouts(StrictModel):
     model_call: Duration = Field(description="one LLM call (one attempt)")
     tool_call: Duration = Field(description="one tool call (one attempt)")
     task: Duration = Field(description="a whole agent task, every step included")
@@ -66,35 +68,35 @@ class Timeouts(_Model):
     wait: Duration = Field(description="cap on any wait for another task's result")
 
 
-class Retries(_Model):
-    attempts: Annotated[int, _number(whole=True, low=1, high=MAX_ATTEMPTS)] = Field(
+class Retries(StrictModel):
+    attempts: Annotated[int, bounded(whole=True, low=1, high=MAX_ATTEMPTS)] = Field(
         description="attempts in all, the first included"
     )
     backoff_initial: Duration
     backoff_max: Duration
     jitter: Duration
-    budget_ratio: Annotated[float, _number(whole=False, low=0, high=10)] | None = Field(
+    budget_ratio: Annotated[float, bounded(whole=False, low=0, high=10)] | None = Field(
         description="retries allowed per request (token bucket); null = no budget"
     )
-    budget_min_per_s: Annotated[float, _number(whole=False, low=0, high=1000)] = 1.0
+    budget_min_per_s: Annotated[float, bounded(whole=False, low=0, high=1000)] = 1.0
 
 
-class Breakers(_Model):
+class Breakers(StrictModel):
     enabled: bool
-    threshold: Annotated[int, _number(whole=True, low=1, high=1000)] = Field(
+    threshold: Annotated[int, bounded(whole=True, low=1, high=1000)] = Field(
         default=5, description="consecutive failures that open it"
     )
     reset_after: Duration = Field(default=5.0, description="open → half-open after this")
 
 
-class Admission(_Model):
-    max_in_flight: Annotated[int, _number(whole=True, low=1, high=100_000)]
-    max_queue: Annotated[int, _number(whole=True, low=0, high=100_000)]
+class Admission(StrictModel):
+    max_in_flight: Annotated[int, bounded(whole=True, low=1, high=100_000)]
+    max_queue: Annotated[int, bounded(whole=True, low=0, high=100_000)]
     queue_timeout: Duration
     retry_after: Duration
 
 
-class Policy(_Model):
+class Policy(StrictModel):
     """One resilience policy; the agent also requires ``contradictions(policy) == []``."""
 
     timeouts: Timeouts

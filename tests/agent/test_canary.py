@@ -12,7 +12,8 @@ from test_chat import metric
 
 from conftest import Stack
 from faultday_refstack.agent.canary import CanarySplit, draw
-from faultday_refstack.agent.config import AgentConfig, Canary, CanaryKey
+from faultday_refstack.agent.config import AgentConfig
+from faultday_wire.llm import Canary, CanaryKey
 
 REPO = Path(__file__).resolve().parents[2]
 

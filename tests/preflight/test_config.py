@@ -28,6 +28,8 @@ from faultday.preflight.config import check_config
         ("attempts: 3,=>attempts: 1100,", "1100 is too large"),  # was an OverflowError, exit 4
         ("budget_ratio: 0.2=>budget_ratio: .nan", "nan is not a number"),
         ("tool_call: 3s, task: 60s=>tool_call: 90s, task: 60s", "the agent refuses this"),
+        # preflight reads models.max_tokens too (the KV-cache probe): with the agent's model
+        ("max_tokens: 96=>max_tokens: 1000000", "is too large; expected a whole number from 1"),
     ],
 )
 def test_a_policy_the_agent_would_refuse_is_exit_2_before_any_stack(
@@ -40,7 +42,8 @@ def test_a_policy_the_agent_would_refuse_is_exit_2_before_any_stack(
     assert r.returncode == ExitCode.INVALID, r.stdout + r.stderr
     assert "Traceback" not in r.stderr
     line = line_of(policy, edit.split("=>")[1])
-    assert f"{policy}:{line}:" in r.stderr and "policies.default." in r.stderr
+    assert f"{policy}:{line}:" in r.stderr
+    assert "policies.default." in r.stderr or "models.max_tokens" in r.stderr
     assert says in r.stderr
     assert not reports.exists()  # nothing started, nothing written
     assert not (tmp_path / "stack" / "run").exists()

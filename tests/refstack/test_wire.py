@@ -70,7 +70,7 @@ def test_tool_fault_body_is_the_servers_model_as_sent() -> None:
 
 
 def test_lint_knows_the_agents_timeouts() -> None:
-    # `faultday lint` reads the agent's policy file by plain YAML, by these names.
+    # `faultday lint` reads the policy with the agent's model and names its timeouts so.
     used = {name for pair in DEPENDENCIES.values() for name in pair}
     assert used <= set(Timeouts.model_fields)
 

@@ -6,13 +6,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from faultday.checks.lint import AgentPolicies, Severity, lint_policies, read_policies
 from faultday.core.durations import format_duration
 from faultday.core.journal import JournalCheck
 from faultday.core.profile import StackProfile
-from faultday.core.yamlpos import Document, PathKey, dotted, parse_file
+from faultday.core.yamlpos import (
+    Document,
+    PathKey,
+    by_position,
+    dotted,
+    parse_file,
+    validation_problems,
+)
 from faultday.errors import Problem, ScenarioError
 from faultday.preflight.base import Area, Subject, check
+from faultday_wire.llm import Models
 from faultday_wire.policy import contradictions
 
 AGENT_TYPE = "agent"
@@ -65,12 +75,14 @@ def agent_policies(subject: Subject) -> list[AgentPolicy]:
 
 
 def validate_agent_policies(profile: StackProfile, base_dir: Path) -> None:
-    """Read every agent policy of ``profile`` with the agent's own model, before any stack
-    starts: a value that does not parse, or a policy the agent refuses, is a
-    ``ScenarioError`` (exit 2) with every problem's ``file:line:col``."""
+    """Read every agent config file of ``profile`` as the agent does (its policies and its
+    models, with the agent's own models), before any stack starts: a value that does not
+    parse, or a policy the agent refuses, is a ``ScenarioError`` (exit 2) with every
+    problem's ``file:line:col``."""
     problems: list[Problem] = []
     for _, path in agent_config_files(profile, base_dir):
         try:
+            problems += _models(parse_file(path))[1]
             read = read_policies(path)
         except ScenarioError as exc:
             problems += exc.problems
@@ -81,7 +93,15 @@ def validate_agent_policies(profile: StackProfile, base_dir: Path) -> None:
             for c in contradictions(pol)
         ]
     if problems:
-        raise ScenarioError(problems)
+        raise ScenarioError(by_position(problems))
+
+
+def _models(doc: Document) -> tuple[Models | None, list[Problem]]:
+    """The file's ``models:`` as the agent reads it, or the problems with it."""
+    try:
+        return Models.model_validate(doc.at(("models",))), []
+    except ValidationError as exc:
+        return None, validation_problems(doc, exc, prefix=("models",), model=Models)
 
 
 def agent_max_tokens(subject: Subject) -> int | None:
@@ -89,13 +109,13 @@ def agent_max_tokens(subject: Subject) -> int | None:
     found: list[int] = []
     for ap in agent_policies(subject):
         try:
-            doc = parse_file(ap.file)
+            models = _models(parse_file(ap.file))[0]
         except ScenarioError:
-            continue
-        for path in (("models", "max_tokens"), ("models", "canary", "max_tokens")):
-            value = doc.at(path)
-            if isinstance(value, int):
-                found.append(value)
+            continue  # the configuration check says why
+        if models is not None:
+            found.append(models.max_tokens)
+            if models.canary is not None and models.canary.max_tokens is not None:
+                found.append(models.canary.max_tokens)
     return max(found, default=None)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
-from faultday_refstack.agent.config import Canary, CanaryKey
+from faultday_wire.llm import Canary, CanaryKey
 
 _SCALE = float(1 << 64)
 

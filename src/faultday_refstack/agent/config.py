@@ -8,7 +8,6 @@ anything.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
@@ -23,6 +22,7 @@ from pydantic import (
 
 from faultday_refstack.errors import ConfigError, Problem
 from faultday_refstack.yamlfile import parse_file, validation_problems
+from faultday_wire.llm import Models
 from faultday_wire.policy import Policy, contradictions
 
 # What one task may carry, so that no request occupies the stack for long: each step is
@@ -75,30 +75,6 @@ class AgentSpec(_Model):
     system: str = "You are a helpful operations assistant. Use tools when they help."
     # Used when the LLM proposes no usable plan: a deterministic, reviewed plan.
     playbook: list[Step] = Field(default_factory=list, max_length=MAX_STEPS)
-
-
-class CanaryKey(StrEnum):
-    REQUEST = "request"  # each request draws on its own (trace id): the share is of requests
-    SESSION = "session"  # a conversation stays on one version: the share is of sessions
-
-
-class Canary(_Model):
-    """A second model version behind ``--llm-canary`` that takes a share of chat traffic."""
-
-    model: str = Field(description="the model name sent to llm-canary")
-    share: float = Field(default=0.0, ge=0, le=1, description="share at start; admin API sets it")
-    max_tokens: int | None = Field(
-        default=None, ge=1, le=4096, description="the version's own budget; default models'"
-    )
-    key: CanaryKey = Field(default=CanaryKey.REQUEST, description="what the split hashes")
-    seed: int = Field(default=0, description="seeds the hash, so a split is reproducible")
-
-
-class Models(_Model):
-    primary: str
-    backup: str
-    max_tokens: int = Field(default=128, ge=1, le=4096)
-    canary: Canary | None = None
 
 
 class Embedder(_Model):
