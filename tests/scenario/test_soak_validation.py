@@ -152,6 +152,8 @@ def test_a_duration_says_what_is_wrong(text: str, message: str) -> None:
         ("-5s", "is negative"),
         (float("nan"), "nan is not a number"),
         (-5, "-5 is negative"),
+        (10**400, "has no unit"),  # past a float's range: once an OverflowError
+        (-(10**400), "is negative"),
     ],
 )
 def test_a_bounded_duration_names_its_maximum(text: object, message: str) -> None:

@@ -24,7 +24,10 @@ def _to_seconds(value: Any) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
         # Bare numbers are ambiguous (seconds? ms?); the format asks for units.
         v = shown(value)
-        wrong = number_problem(float(value), v)  # .nan, .inf, -5: say that first
+        # .nan, .inf, -5: say that first (an int past a float's range is simply large)
+        wrong = number_problem(
+            max(min(value, 1e308), -1e308) if isinstance(value, int) else value, v
+        )
         if wrong is not None:
             raise ValueError(wrong)
         if len(v) > 20:
