@@ -163,12 +163,14 @@ def _points(item: DriftItem, run: _Run) -> list[Finding]:
         return []
     sampled = p.series in SAMPLED
     step = p.step(sample_interval)
-    what = "sample" if sampled else f"full {format_duration(step)} interval"
+    written = _as_written(run.load.get("sample_interval") if sampled else _raw(item, "interval"))
+    step_text = written or format_duration(step)
+    what = "sample" if sampled else f"full {step_text} interval"
     label = f"the drift check of {p.series}" + (f" of {p.target}" if p.target else "")
     counted = (
         f"{called} ({format_duration(length)}) holds {'at most ' if sampled else ''}"
         f"{have} {what}{'s' if have != 1 else ''}"
-        f"{f' at one every {format_duration(step)}' if sampled else ''}; {label} at "
+        f"{f' at one every {step_text}' if sampled else ''}; {label} at "
         f"{_dotted(item.path)} needs at least {need} (min_points)"
     )
     window_word = "run" if called == "the run" else "window"
@@ -193,6 +195,15 @@ def _step_key(item: DriftItem, run: _Run) -> tuple[str, PathKey]:
     if "sample_interval" in run.load:
         return "a sample_interval", ("spec", "load", "sample_interval")
     return "a load.sample_interval", ("spec", "load") if "load" in run.spec else item.path
+
+
+def _raw(item: DriftItem, key: str) -> object:
+    return item.spec.params.get(key)
+
+
+def _as_written(value: object) -> str | None:
+    """A duration as the file writes it (``99999999h``, not ``5999999940m``)."""
+    return value.strip() if isinstance(value, str) else None
 
 
 def _dotted(path: PathKey) -> str:
