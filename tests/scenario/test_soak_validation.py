@@ -161,3 +161,24 @@ def test_a_bounded_duration_names_its_maximum(text: object, message: str) -> Non
     with pytest.raises(ValidationError, match=message):
         run_length.validate_python(text)
     assert run_length.validate_python("168h") == 168 * 3600
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            ("spawn_rate: 8", "spawn_rate: .inf"),
+            "spec.load.spawn_rate: .inf is infinite (or too large for a number); "
+            "expected a finite number > 0 and ≤ 10000",
+        ),
+        (
+            ("max_slope: 2%/min", "max_slope: 2%/min, confidence: .nan"),
+            "spec.expect[4].confidence: .nan is not a number; expected a finite number",
+        ),
+    ],
+)
+def test_a_nan_or_an_infinity_says_so(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
+    # Issue 32.6: pydantic said "should be less than or equal to 1" of a NaN.
+    problems = _problems(_soak(tmp_path, edit))
+    assert len(problems) == 1, problems
+    assert message in problems[0]

@@ -378,6 +378,12 @@ def _clean_loc(doc: Document, prefix: PathKey, loc: tuple[str | int, ...], kind:
 
 def _keys_at(model: type[BaseModel], path: PathKey) -> list[str]:
     """The keys a model accepts at ``path`` (aliases as written in YAML), for did-you-mean."""
+    found = _model_at(model, path)
+    return [f.alias or n for n, f in found.model_fields.items()] if found else []
+
+
+def _model_at(model: type[BaseModel], path: PathKey) -> type[BaseModel] | None:
+    """The model that describes the mapping at ``path``, if any."""
     current: object = model
     named = False  # the part before was a mapping of models: this part is a user's name
     for part in path:
@@ -385,16 +391,34 @@ def _keys_at(model: type[BaseModel], path: PathKey) -> list[str]:
             named = False
             continue
         if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return []
+            return None
         by_key = {(f.alias or n): f for n, f in current.model_fields.items()}
         field = by_key.get(part)
         if field is None:
-            return []
+            return None
         current = _model_in(field.annotation)
         named = _is_mapping(field.annotation)
     if isinstance(current, type) and issubclass(current, BaseModel):
-        return [f.alias or n for n, f in current.model_fields.items()]
-    return []
+        return current
+    return None
+
+
+def _bounds_at(model: type[BaseModel] | None, path: PathKey) -> str:
+    """A number field's bounds as a person reads them (``≥ 0.5 and < 1``), or ''."""
+    parent = _model_at(model, path[:-1]) if model is not None and path else None
+    if parent is None:
+        return ""
+    by_key = {(f.alias or n): f for n, f in parent.model_fields.items()}
+    field = by_key.get(str(path[-1]))
+    if field is None:
+        return ""
+    signs = (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<"))
+    return " and ".join(
+        f"{sign} {getattr(m, name):g}"
+        for m in field.metadata
+        for name, sign in signs
+        if isinstance(getattr(m, name, None), int | float)
+    )
 
 
 def _is_mapping(annotation: object) -> bool:
@@ -441,7 +465,9 @@ def validation_problems(
             continue
         not_finite = _not_finite(err["input"]) if kind in _NUMBER_ERRORS else None
         if not_finite is not None:
-            problems.append(doc.problem(path, f"{not_finite}; {_expected(kind, err)}"))
+            bounds = _bounds_at(model, path[len(prefix) :]) or _bound(kind, err)
+            expected = f"expected a finite number{f' {bounds}' if bounds else ''}"
+            problems.append(doc.problem(path, f"{not_finite}; {expected}"))
             continue
         msg = msg.removeprefix("Value error, ")
         problems.append(doc.problem(path, msg))
@@ -475,9 +501,9 @@ def _not_finite(value: object) -> str | None:
     return None
 
 
-def _expected(kind: str, err: Any) -> str:
-    bound = _NUMBER_ERRORS[kind].format(**err.get("ctx", {})) if err.get("ctx") else ""
-    return f"expected a finite number{f' {bound}' if bound else ''}"
+def _bound(kind: str, err: Any) -> str:
+    """The bound pydantic's error names (none for finite_number)."""
+    return _NUMBER_ERRORS[kind].format(**err["ctx"]) if err.get("ctx") else ""
 
 
 def by_position(problems: list[Problem]) -> list[Problem]:

@@ -225,7 +225,7 @@ class _Validator:
         try:
             parsed: BaseModel = plugin.parse(raw)
         except ValidationError as exc:
-            for p in validation_problems(self.doc, exc, prefix=path):
+            for p in validation_problems(self.doc, exc, prefix=path, model=type(plugin).Params):
                 if p.message == "unknown key":
                     key = p.path.rsplit(".", 1)[-1]
                     fields = list(type(plugin).Params.model_fields)
