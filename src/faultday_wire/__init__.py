@@ -8,7 +8,7 @@ guard every HTTP API of either side runs (:mod:`faultday_wire.webguard`), how an
 answer cites its documents or says it is canned (:mod:`faultday_wire.answers`), and
 the parts of the agent's config file the harness reads too: its resilience policies
 (:mod:`faultday_wire.policy`), its models (:mod:`faultday_wire.llm`) and their
-durations (:mod:`faultday_wire.durations`), so ``faultday lint`` and the agent refuse
-the same values.
+durations (:mod:`faultday_wire.durations`, the one duration grammar, the harness's
+files' too), so ``faultday lint`` and the agent refuse the same values alike.
 This package imports neither side (a test walks the imports).
 """

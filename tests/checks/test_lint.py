@@ -11,6 +11,7 @@ from tests.conftest import ROOT, faultday
 from faultday.checks.lint import BEFORE_THE_ANSWER, Severity, lint_file
 from faultday.core.exits import ExitCode
 from faultday.errors import ScenarioError
+from faultday_wire.durations import UNITS_HINT
 from faultday_wire.policy import MAX_ATTEMPTS
 
 AGENT_YAML = ROOT / "stack" / "agent.yaml"
@@ -159,4 +160,5 @@ def test_the_command_says_where_and_exits_2(tmp_path: Path, edit: str, key: str,
     assert r.returncode == ExitCode.INVALID, r.stdout + r.stderr
     assert "Traceback" not in r.stderr
     assert f"{_located(f, key)}: policies.default." in r.stderr and says in r.stderr
-    assert "expected" in r.stderr  # what would be valid
+    # What would be valid: "expected …"; a negative duration names the grammar instead.
+    assert "expected" in r.stderr or UNITS_HINT in r.stderr

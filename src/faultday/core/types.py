@@ -6,36 +6,17 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, PlainSerializer, Strict, WithJsonSchema
 
+from faultday.core import durations
 from faultday.core.durations import (
     MAX_CHARS,
     PATTERN,
     exact_seconds,
     format_duration,
-    loose_seconds,
-    number_problem,
-    parse_duration,
     pattern_at_least,
     pattern_at_most,
     shown,
+    to_seconds,
 )
-
-
-def _to_seconds(value: Any) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        # Bare numbers are ambiguous (seconds? ms?); the format asks for units.
-        v = shown(value)
-        # .nan, .inf, -5: say that first (an int past a float's range is simply large)
-        wrong = number_problem(
-            max(min(value, 1e308), -1e308) if isinstance(value, int) else value, v
-        )
-        if wrong is not None:
-            raise ValueError(wrong)
-        if len(v) > 20:
-            msg = f"{v} has no unit; write a number with a unit, e.g. '30s' or '250ms'"
-        else:
-            msg = f"{v} has no unit; write it as e.g. '{v}s' or '{v}ms'"
-        raise ValueError(msg)  # noqa: TRY004 - pydantic reports ValueError, not TypeError
-    return parse_duration(value)
 
 
 def _a_number(value: Any) -> Any:
@@ -76,7 +57,7 @@ def _schema(pattern: str, description: str) -> dict[str, Any]:
 
 Duration = Annotated[
     float,
-    BeforeValidator(_to_seconds),
+    BeforeValidator(to_seconds),
     PlainSerializer(format_duration, return_type=str),
     WithJsonSchema(_schema(PATTERN, "a duration with a unit: 250ms, 30s, 2m")),
 ]
@@ -90,18 +71,7 @@ def at_most(maximum: str) -> BeforeValidator:
     that is the first thing wrong with it. Use it with ``at_most_schema``:
     ``Annotated[float, at_most(M), AS_DURATION, at_most_schema(M)]``.
     """
-    ceiling = exact_seconds(maximum)
-
-    def check(value: Any) -> float:
-        loose = loose_seconds(value)
-        if loose is not None and loose > ceiling:
-            raise ValueError(f"{shown(value)} is too large: the maximum is {maximum}")
-        seconds = _to_seconds(value)
-        if exact_seconds(value) > ceiling:
-            raise ValueError(f"{shown(value)} is too large: the maximum is {maximum}")
-        return seconds
-
-    return BeforeValidator(check)
+    return BeforeValidator(durations.at_most(maximum))
 
 
 def at_most_schema(maximum: str) -> WithJsonSchema:
@@ -126,7 +96,7 @@ def duration_at_least(minimum: str) -> Any:
     floor = exact_seconds(minimum)
 
     def at_least(value: Any) -> float:
-        seconds = _to_seconds(value)
+        seconds = to_seconds(value)
         if exact_seconds(value) < floor:
             raise ValueError(f"{shown(value)} is too short: the minimum is {minimum}")
         return seconds
