@@ -13,14 +13,17 @@ from pydantic import Field
 
 from faultday.checks.base import Check, CheckContext
 from faultday.checks.common import (
+    Count,
+    Limits,
     Params,
     Pct,
     ShareBounds,
     counter_increase,
+    from_problems,
     insufficient,
     judged,
+    unjudged,
 )
-from faultday.checks.metrics import _Count
 from faultday.core.windows import CheckResult, Verdict, Window
 from faultday_wire.metrics import AGENT_TOOL_CALLS, total
 
@@ -70,6 +73,12 @@ def read_audit(ctx: CheckContext, file: str, window: Window) -> list[dict[str, A
     return out
 
 
+def _no_audit(check: str, window: Window, file: str) -> CheckResult:
+    return unjudged(
+        check, check, window, Verdict.INSUFFICIENT, f"no audit log at {file} in the run folder"
+    )
+
+
 # ---------------------------------------------------------------- audit
 
 
@@ -90,13 +99,7 @@ class Audit(Check[AuditParams]):
     def evaluate(self, ctx: CheckContext, params: AuditParams, window: Window) -> CheckResult:
         entries = read_audit(ctx, params.file, window)
         if entries is None:
-            return CheckResult(
-                self.name,
-                self.name,
-                window.label,
-                Verdict.INSUFFICIENT,
-                message=f"no audit log at {params.file} in the run folder",
-            )
+            return _no_audit(self.name, window, params.file)
         if len(entries) < params.min_entries:
             return insufficient(
                 self.name,
@@ -121,16 +124,14 @@ class Audit(Check[AuditParams]):
         expected = f"≥ {params.min_denied} denied" + (
             ", all calls audited" if params.complete else ""
         )
-        verdict = Verdict.FAILED if problems else Verdict.PASSED
-        return CheckResult(
+        return from_problems(
             self.name,
             self.name,
-            window.label,
-            verdict,
-            expected,
-            observed,
+            window,
+            problems,
+            expected=expected,
+            observed=observed,
             n=len(entries),
-            message="; ".join(problems),
         )
 
 
@@ -159,13 +160,7 @@ class DuplicateSideEffects(Check[DuplicateParams]):
     def evaluate(self, ctx: CheckContext, params: DuplicateParams, window: Window) -> CheckResult:
         entries = read_audit(ctx, params.file, window)
         if entries is None:
-            return CheckResult(
-                self.name,
-                self.name,
-                window.label,
-                Verdict.INSUFFICIENT,
-                message=f"no audit log at {params.file} in the run folder",
-            )
+            return _no_audit(self.name, window, params.file)
         effects = [
             e
             for e in entries
@@ -188,9 +183,8 @@ class DuplicateSideEffects(Check[DuplicateParams]):
             self.name,
             window,
             float(dups),
-            lo=None,
-            hi=params.max_,
-            fmt=_Count(),
+            bounds=Limits(max_=params.max_),
+            fmt=Count(),
             n=len(effects),
         )
 
@@ -256,16 +250,7 @@ class Recall(Check[RecallParams]):
             with ThreadPoolExecutor(max_workers=PROBE_WORKERS) as pool:
                 total = sum(pool.map(score, queries))
         value = total / len(queries)
-        return judged(
-            self.name,
-            label,
-            window,
-            value,
-            lo=params.min_,
-            hi=params.max_,
-            fmt=Pct(),
-            n=len(queries),
-        )
+        return judged(self.name, label, window, value, bounds=params, fmt=Pct(), n=len(queries))
 
 
 def _http(url: str) -> str:

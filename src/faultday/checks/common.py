@@ -5,6 +5,8 @@ from __future__ import annotations
 import fnmatch
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -38,6 +40,24 @@ class ShareBounds(Bounds):
 
     min_: float | None = Field(default=None, alias="min", ge=0, le=1, description="share, 0-1")
     max_: float | None = Field(default=None, alias="max", ge=0, le=1, description="share, 0-1")
+
+
+class Bounded(Protocol):
+    """What a figure is judged against: ``Bounds`` params, or any with ``min_``/``max_``."""
+
+    @property
+    def min_(self) -> float | None: ...
+
+    @property
+    def max_(self) -> float | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds that are not a check's own ``min``/``max`` params (e.g. a ``max`` alone)."""
+
+    min_: float | None = None
+    max_: float | None = None
 
 
 def within(value: float, lo: float | None, hi: float | None) -> bool:
@@ -82,18 +102,31 @@ class Rate(Fmt):
         return f"{v:.4g}{self.unit}"
 
 
+class Times(Fmt):
+    """A ratio: ``1.5x``."""
+
+    def __call__(self, v: float) -> str:
+        return f"{v:.3g}x"
+
+
+class Count(Fmt):
+    def __call__(self, v: float) -> str:
+        return f"{int(v)}"
+
+
 def judged(
     check: str,
     label: str,
     window: Window,
     value: float,
     *,
-    lo: float | None,
-    hi: float | None,
+    bounds: Bounded,
     fmt: Fmt,
     n: int,
     message: str = "",
 ) -> CheckResult:
+    """The figure against ``bounds``: PASSED inside them, FAILED outside."""
+    lo, hi = bounds.min_, bounds.max_
     verdict = Verdict.PASSED if within(value, lo, hi) else Verdict.FAILED
     return CheckResult(
         check,
@@ -105,6 +138,28 @@ def judged(
         n=n,
         message=message,
     )
+
+
+def from_problems(
+    check: str,
+    label: str,
+    window: Window,
+    problems: Sequence[str],
+    *,
+    expected: str,
+    observed: str,
+    n: int,
+) -> CheckResult:
+    """FAILED with every problem in the message, or PASSED when there is none."""
+    verdict = Verdict.FAILED if problems else Verdict.PASSED
+    return CheckResult(
+        check, label, window.label, verdict, expected, observed, n=n, message="; ".join(problems)
+    )
+
+
+def unjudged(check: str, label: str, window: Window, verdict: Verdict, message: str) -> CheckResult:
+    """No figure to judge: INSUFFICIENT (nothing to measure) or ERROR (the check is misused)."""
+    return CheckResult(check, label, window.label, verdict, message=message)
 
 
 def insufficient(

@@ -17,11 +17,14 @@ from pydantic import Field, model_validator
 from faultday.checks.base import Check, CheckContext
 from faultday.checks.common import (
     Fmt,
+    Limits,
     Params,
+    Times,
     counter_increase,
     insufficient,
     judged,
     requests_in,
+    unjudged,
 )
 from faultday.checks.metrics import baseline_window
 from faultday.core.records import RequestRecord
@@ -121,12 +124,12 @@ class TokensPerJoule(Check[TokensPerJouleParams]):
         label = f"tokens_per_joule {what} {params.target}"
         replicas = _replicas(ctx, params.target)
         if not replicas:
-            return CheckResult(
+            return unjudged(
                 self.name,
                 label,
-                window.label,
+                window,
                 Verdict.INSUFFICIENT,
-                message=f"no {ENERGY} scraped from a component matching {params.target!r}",
+                f"no {ENERGY} scraped from a component matching {params.target!r}",
             )
         value, tokens, joules = _tokens_per_joule(ctx, params, window, replicas)
         if value is None:
@@ -159,12 +162,12 @@ class TokensPerJoule(Check[TokensPerJouleParams]):
         base_w = baseline_window(ctx)
         base = _tokens_per_joule(ctx, params, base_w, replicas)[0] if base_w else None
         if base is None or base <= 0:
-            return CheckResult(
+            return unjudged(
                 self.name,
                 label,
-                window.label,
+                window,
                 Verdict.INSUFFICIENT,
-                message="no baseline tokens per joule to compare with",
+                "no baseline tokens per joule to compare with",
             )
         if params.min_ is not None and value < params.min_:
             return _judge(self.name, label, window, value, lo=params.min_, seen=seen, n=1)
@@ -173,9 +176,8 @@ class TokensPerJoule(Check[TokensPerJouleParams]):
             label + " vs baseline",
             window,
             value / base,
-            lo=params.ratio_min,
-            hi=None,
-            fmt=_Times(),
+            bounds=Limits(min_=params.ratio_min),
+            fmt=Times(),
             n=1,
             message=f"{value:.4g} tok/J vs {base:.4g} tok/J in baseline ({seen})",
         )
@@ -184,14 +186,11 @@ class TokensPerJoule(Check[TokensPerJouleParams]):
 def _judge(
     check: str, label: str, window: Window, value: float, *, lo: float | None, seen: str, n: int
 ) -> CheckResult:
-    return judged(check, label, window, value, lo=lo, hi=None, fmt=_PerJ(), n=n, message=seen)
+    return judged(
+        check, label, window, value, bounds=Limits(min_=lo), fmt=_PerJ(), n=n, message=seen
+    )
 
 
 class _PerJ(Fmt):
     def __call__(self, v: float) -> str:
         return f"{v:.4g} tok/J"
-
-
-class _Times(Fmt):
-    def __call__(self, v: float) -> str:
-        return f"{v:.3g}x"

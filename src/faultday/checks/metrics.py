@@ -10,15 +10,20 @@ from pydantic import Field, model_validator
 from faultday.checks.base import Check, CheckContext
 from faultday.checks.common import (
     Bounds,
+    Count,
     Fmt,
+    Limits,
     Params,
     Rate,
     Secs,
+    Times,
     counter_increase,
+    from_problems,
     insufficient,
     judged,
     requests_in,
     series,
+    unjudged,
 )
 from faultday.core.protocols import PlanView
 from faultday.core.records import RequestRecord
@@ -61,16 +66,8 @@ class Metric(Check[MetricParams]):
                     self.name, label, window, n=n, need=params.min_samples, what="scrapes"
                 )
             value = inc / window.length if params.agg == "rate" and window.length else inc
-            return judged(
-                self.name,
-                label,
-                window,
-                value,
-                lo=params.min_,
-                hi=params.max_,
-                fmt=Rate() if params.agg == "rate" else Fmt(),
-                n=n,
-            )
+            fmt = Rate() if params.agg == "rate" else Fmt()
+            return judged(self.name, label, window, value, bounds=params, fmt=fmt, n=n)
         groups = series(ctx, params.metric, window, labels)
         n = sum(len(v) for v in groups.values())
         if n < params.min_samples:
@@ -89,9 +86,7 @@ class Metric(Check[MetricParams]):
             "min": min(values),
             "mean": sum(values) / len(values),
         }[params.agg]
-        return judged(
-            self.name, label, window, value, lo=params.min_, hi=params.max_, fmt=Fmt(), n=n
-        )
+        return judged(self.name, label, window, value, bounds=params, fmt=Fmt(), n=n)
 
 
 def _labels_text(labels: dict[str, str]) -> str:
@@ -130,21 +125,21 @@ class RetryAmplification(Check[RetryAmplificationParams]):
         label = f"retry_amplification {params.target}"
         baseline = baseline_window(ctx)
         if baseline is None:
-            return CheckResult(
+            return unjudged(
                 self.name,
                 label,
-                window.label,
+                window,
                 Verdict.ERROR,
-                message="the run has no baseline window (no faults?)",
+                "the run has no baseline window (no faults?)",
             )
         edges = _edges_for(ctx, params)
         if not edges:
-            return CheckResult(
+            return unjudged(
                 self.name,
                 label,
-                window.label,
+                window,
                 Verdict.INSUFFICIENT,
-                message=f"no scraped {params.metric} for {params.target!r}",
+                f"no scraped {params.metric} for {params.target!r}",
             )
         ratios = []
         for w in (baseline, window):
@@ -168,12 +163,12 @@ class RetryAmplification(Check[RetryAmplificationParams]):
             ratios.append(down / clients)
         base, now = ratios
         if base <= 0:
-            return CheckResult(
+            return unjudged(
                 self.name,
                 label,
-                window.label,
+                window,
                 Verdict.INSUFFICIENT,
-                message=f"no downstream requests to {params.target} in baseline",
+                f"no downstream requests to {params.target} in baseline",
             )
         value = now / base
         return judged(
@@ -181,17 +176,11 @@ class RetryAmplification(Check[RetryAmplificationParams]):
             label,
             window,
             value,
-            lo=None,
-            hi=params.max_,
-            fmt=_Times(),
+            bounds=Limits(max_=params.max_),
+            fmt=Times(),
             n=len(requests_in(ctx, window, every_send=True)),
             message=f"{now:.3g} per request vs {base:.3g} in baseline",
         )
-
-
-class _Times(Fmt):
-    def __call__(self, v: float) -> str:
-        return f"{v:.3g}x"
 
 
 def _edges_for(ctx: CheckContext, p: RetryAmplificationParams) -> list[str]:
@@ -249,12 +238,12 @@ class Breaker(Check[BreakerParams]):
         fault = params.fault or window.fault
         label = f"breaker {params.dependency}"
         if not fault:
-            return CheckResult(
+            return unjudged(
                 self.name,
                 label,
-                window.label,
+                window,
                 Verdict.ERROR,
-                message="name the fault: `during:`/`after:` a fault, or `fault:`",
+                "name the fault: `during:`/`after:` a fault, or `fault:`",
             )
         start, reverted = ctx.fault_times(fault)
         states = ctx.observations.samples_between(
@@ -305,16 +294,8 @@ class Breaker(Check[BreakerParams]):
         )
         if params.closed_within is not None:
             expected += f", closed ≤ {Secs()(params.closed_within)} after revert"
-        verdict = Verdict.FAILED if problems else Verdict.PASSED
-        return CheckResult(
-            self.name,
-            label,
-            window.label,
-            verdict,
-            expected,
-            observed,
-            n=len(states),
-            message="; ".join(problems),
+        return from_problems(
+            self.name, label, window, problems, expected=expected, observed=observed, n=len(states)
         )
 
 
@@ -366,9 +347,8 @@ class TasksLost(Check[TasksLostParams]):
             self.name,
             window,
             float(len(lost)),
-            lo=None,
-            hi=params.max_,
-            fmt=_Count(),
+            bounds=Limits(max_=params.max_),
+            fmt=Count(),
             n=len(accepted),
             message=msg,
         )
@@ -381,8 +361,3 @@ def _lost(out: RequestRecord | None, *, waited: float, stuck_after: float) -> bo
     return out.task_state == "lost" or (
         out.task_state == "unfinished" and out.duration > stuck_after
     )
-
-
-class _Count(Fmt):
-    def __call__(self, v: float) -> str:
-        return f"{int(v)}"

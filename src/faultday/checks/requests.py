@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
@@ -10,6 +11,7 @@ from pydantic import Field, model_validator
 from faultday.checks.base import Check, CheckContext
 from faultday.checks.common import (
     Bounds,
+    Limits,
     Params,
     Pct,
     Rate,
@@ -20,6 +22,7 @@ from faultday.checks.common import (
     judged,
     matches,
     requests_in,
+    unjudged,
     within,
 )
 from faultday.core.records import RequestRecord, bins, metric_values, percentile
@@ -55,8 +58,7 @@ class ErrorRate(Check[ErrorRateParams]):
             self.name,
             window,
             len(failed) / len(rs),
-            lo=params.min_,
-            hi=params.max_,
+            bounds=params,
             fmt=Pct(),
             n=len(rs),
             message=top,
@@ -128,8 +130,7 @@ class Latency(Check[LatencyParams]):
             label,
             window,
             percentile(values, p),
-            lo=params.min_,
-            hi=params.max_,
+            bounds=params,
             fmt=Secs(),
             n=len(values),
         )
@@ -163,8 +164,7 @@ class Latency(Check[LatencyParams]):
             label,
             window,
             value,
-            lo=params.min_,
-            hi=params.max_,
+            bounds=params,
             fmt=Secs(),
             n=int(total),
             message="from scraped histogram buckets (an upper bound)",
@@ -184,23 +184,6 @@ class ThroughputParams(Bounds):
     min_window: Duration = Field(default=1.0, description="shorter windows are not judged")
 
 
-def _unmeasurable_rate(
-    name: str, label: str, ctx: CheckContext, window: Window, min_window: float
-) -> CheckResult | None:
-    """A rate needs a long enough window and a load that ran; otherwise say which is missing."""
-    if window.length < min_window:
-        return insufficient(name, label, window, n=0, need=1, what="seconds of window")
-    if not ctx.observations.requests:
-        return CheckResult(
-            name,
-            label,
-            window.label,
-            Verdict.INSUFFICIENT,
-            message="no load ran in this run: nothing to measure",
-        )
-    return None
-
-
 class Throughput(Check[ThroughputParams]):
     """Requests (or tokens) per second over the window."""
 
@@ -209,23 +192,8 @@ class Throughput(Check[ThroughputParams]):
     Params = ThroughputParams
 
     def evaluate(self, ctx: CheckContext, params: ThroughputParams, window: Window) -> CheckResult:
-        label = f"throughput {params.unit}/s"
-        unmeasurable = _unmeasurable_rate(self.name, label, ctx, window, params.min_window)
-        if unmeasurable is not None:
-            return unmeasurable
-        rs = requests_in(ctx, window, params.request, params.model)
-        counted = [r for r in rs if r.ok] if params.ok_only else rs
-        amount = sum(r.tokens for r in counted) if params.unit == "tokens" else len(counted)
-        unit = " tok/s" if params.unit == "tokens" else " req/s"
-        return judged(
-            self.name,
-            label,
-            window,
-            amount / window.length,
-            lo=params.min_,
-            hi=params.max_,
-            fmt=Rate(unit),
-            n=len(rs),
+        return _per_second(
+            self.name, ctx, params, window, counts=lambda r: r.ok or not params.ok_only
         )
 
 
@@ -255,25 +223,55 @@ class Goodput(Check[GoodputParams]):
     Params = GoodputParams
 
     def evaluate(self, ctx: CheckContext, params: GoodputParams, window: Window) -> CheckResult:
-        label = f"goodput {params.unit}/s"
-        unmeasurable = _unmeasurable_rate(self.name, label, ctx, window, params.min_window)
-        if unmeasurable is not None:
-            return unmeasurable
-        rs = requests_in(ctx, window, params.request, params.model)
-        good = [r for r in rs if r.ok and _meets(r, params)]
-        amount = sum(r.tokens for r in good) if params.unit == "tokens" else len(good)
-        unit = " tok/s" if params.unit == "tokens" else " req/s"
-        return judged(
+        return _per_second(
             self.name,
+            ctx,
+            params,
+            window,
+            counts=lambda r: r.ok and _meets(r, params),
+            counted="met the SLO",
+        )
+
+
+def _per_second(
+    check: str,
+    ctx: CheckContext,
+    params: ThroughputParams | GoodputParams,
+    window: Window,
+    *,
+    counts: Callable[[RequestRecord], bool],
+    counted: str = "",
+) -> CheckResult:
+    """Tokens (or requests) a second of the requests ``counts`` keeps; ``n`` is every request.
+
+    A rate needs a long enough window and a load that ran; otherwise it says which is missing.
+    ``counted`` words the kept requests in the message (``12 of 40 requests met the SLO``).
+    """
+    label = f"{check} {params.unit}/s"
+    if window.length < params.min_window:
+        return insufficient(check, label, window, n=0, need=1, what="seconds of window")
+    if not ctx.observations.requests:
+        return unjudged(
+            check,
             label,
             window,
-            amount / window.length,
-            lo=params.min_,
-            hi=params.max_,
-            fmt=Rate(unit),
-            n=len(rs),
-            message=f"{len(good)} of {len(rs)} requests met the SLO",
+            Verdict.INSUFFICIENT,
+            "no load ran in this run: nothing to measure",
         )
+    rs = requests_in(ctx, window, params.request, params.model)
+    kept = [r for r in rs if counts(r)]
+    amount = sum(r.tokens for r in kept) if params.unit == "tokens" else len(kept)
+    unit = " tok/s" if params.unit == "tokens" else " req/s"
+    return judged(
+        check,
+        label,
+        window,
+        amount / window.length,
+        bounds=params,
+        fmt=Rate(unit),
+        n=len(rs),
+        message=f"{len(kept)} of {len(rs)} requests {counted}" if counted else "",
+    )
 
 
 def _meets(r: RequestRecord, p: GoodputParams) -> bool:
@@ -321,14 +319,7 @@ class FallbackRate(Check[FallbackRateParams]):
             )
         ]
         return judged(
-            self.name,
-            self.name,
-            window,
-            len(served) / len(rs),
-            lo=params.min_,
-            hi=params.max_,
-            fmt=Pct(),
-            n=len(rs),
+            self.name, self.name, window, len(served) / len(rs), bounds=params, fmt=Pct(), n=len(rs)
         )
 
 
@@ -355,16 +346,7 @@ class DegradedReason(Check[DegradedReasonParams]):
                 self.name, label, window, n=len(rs), need=params.min_samples, what="requests"
             )
         hit = sum(1 for r in rs if any(matches(x, (params.reason,)) for x in r.reasons))
-        return judged(
-            self.name,
-            label,
-            window,
-            hit / len(rs),
-            lo=params.min_,
-            hi=params.max_,
-            fmt=Pct(),
-            n=len(rs),
-        )
+        return judged(self.name, label, window, hit / len(rs), bounds=params, fmt=Pct(), n=len(rs))
 
 
 # ---------------------------------------------------------------- recovery_time
@@ -395,21 +377,21 @@ class RecoveryTime(Check[RecoveryTimeParams]):
         fault = params.fault or window.fault
         label = f"recovery_time {fault}" if fault else "recovery_time"
         if not fault:
-            return CheckResult(
+            return unjudged(
                 self.name,
                 label,
-                window.label,
+                window,
                 Verdict.ERROR,
-                message="name the fault: use `after: <fault>` or `fault: <name>`",
+                "name the fault: use `after: <fault>` or `fault: <name>`",
             )
         _, reverted = ctx.fault_times(fault)
         if math.isinf(reverted):
-            return CheckResult(
+            return unjudged(
                 self.name,
                 label,
-                window.label,
+                window,
                 Verdict.INSUFFICIENT,
-                message=f"fault {fault!r} was never reverted",
+                f"fault {fault!r} was never reverted",
             )
         end = window.end
         if end - reverted < params.hold:
@@ -433,7 +415,13 @@ class RecoveryTime(Check[RecoveryTimeParams]):
             if run >= need:
                 took = (k + 1 - need) * params.interval
                 return judged(
-                    self.name, label, window, took, lo=None, hi=params.max_, fmt=Secs(), n=len(rs)
+                    self.name,
+                    label,
+                    window,
+                    took,
+                    bounds=Limits(max_=params.max_),
+                    fmt=Secs(),
+                    n=len(rs),
                 )
         return CheckResult(
             self.name,

@@ -14,7 +14,16 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from faultday.checks.base import Check, CheckContext
-from faultday.checks.common import Bounds, Fmt, Secs, insufficient, judged, matches, requests_in
+from faultday.checks.common import (
+    Bounds,
+    Fmt,
+    Secs,
+    Times,
+    insufficient,
+    judged,
+    matches,
+    requests_in,
+)
 from faultday.core.records import RequestRecord, metric_values, percentile
 from faultday.core.windows import CheckResult, Window
 
@@ -40,11 +49,6 @@ class LatencyRatioParams(_CompareParams):
     percentile: float = Field(default=50.0, gt=0, le=100)
 
 
-class Ratio(Fmt):
-    def __call__(self, v: float) -> str:
-        return f"{v:.3g}x"
-
-
 class Tokens(Fmt):
     def __call__(self, v: float) -> str:
         return f"{v:.4g} tok"
@@ -62,6 +66,31 @@ def _too_few(
         if n < need:
             return insufficient(check, label, window, n=n, need=need, what=f"answers by {who}")
     return None
+
+
+def _ratio(
+    check: str,
+    label: str,
+    window: Window,
+    params: _CompareParams,
+    *,
+    mine: list[float],
+    ref: list[float],
+    value: float,
+    base: float,
+    fmt: Fmt,
+) -> CheckResult:
+    """``value ÷ base`` against the bounds; the message gives both figures and both counts."""
+    return judged(
+        check,
+        label,
+        window,
+        value / base,
+        bounds=params,
+        fmt=Times(),
+        n=len(mine) + len(ref),
+        message=f"{fmt(value)} vs {fmt(base)} (n={len(mine)} vs {len(ref)})",
+    )
 
 
 class TokenLength(Check[TokenLengthParams]):
@@ -96,27 +125,18 @@ class TokenLength(Check[TokenLengthParams]):
             return short
         value = self._stat(mine, params.percentile)
         if not params.against:
-            return judged(
-                self.name,
-                label,
-                window,
-                value,
-                lo=params.min_,
-                hi=params.max_,
-                fmt=Tokens(),
-                n=len(mine),
-            )
+            return judged(self.name, label, window, value, bounds=params, fmt=Tokens(), n=len(mine))
         base = self._stat(ref, params.percentile)
-        return judged(
+        return _ratio(
             self.name,
             label,
             window,
-            value / base,
-            lo=params.min_,
-            hi=params.max_,
-            fmt=Ratio(),
-            n=len(mine) + len(ref),
-            message=f"{Tokens()(value)} vs {Tokens()(base)} (n={len(mine)} vs {len(ref)})",
+            params,
+            mine=mine,
+            ref=ref,
+            value=value,
+            base=base,
+            fmt=Tokens(),
         )
 
 
@@ -145,14 +165,6 @@ class LatencyRatio(Check[LatencyRatioParams]):
             return insufficient(
                 self.name, label, window, n=len(ref), need=1, what="reference latencies above 0"
             )
-        return judged(
-            self.name,
-            label,
-            window,
-            value / base,
-            lo=params.min_,
-            hi=params.max_,
-            fmt=Ratio(),
-            n=len(mine) + len(ref),
-            message=f"{Secs()(value)} vs {Secs()(base)} (n={len(mine)} vs {len(ref)})",
+        return _ratio(
+            self.name, label, window, params, mine=mine, ref=ref, value=value, base=base, fmt=Secs()
         )
