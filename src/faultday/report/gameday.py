@@ -360,32 +360,22 @@ def trends(
         before = {c.key: c for c in p.checks}
         for c in s.checks:
             b = before.get(c.key)
-            if b is None:
-                ct.append(
-                    CheckTrend(
-                        s.name,
-                        c.label,
-                        c.section,
-                        c.window,
-                        "—",
-                        c.verdict,
-                        "",
-                        c.observed,
-                        Trend.NEW,
-                    )
-                )
-                continue
+            was, was_observed, trend = (
+                ("—", "", Trend.NEW)
+                if b is None
+                else (b.verdict, b.observed, _direction(b.verdict, c.verdict))
+            )
             ct.append(
                 CheckTrend(
                     s.name,
                     c.label,
                     c.section,
                     c.window,
-                    b.verdict,
+                    was,
                     c.verdict,
-                    b.observed,
+                    was_observed,
                     c.observed,
-                    _direction(b.verdict, c.verdict),
+                    trend,
                 )
             )
     return st, ct
