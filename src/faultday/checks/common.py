@@ -162,6 +162,11 @@ def unjudged(check: str, label: str, window: Window, verdict: Verdict, message: 
     return CheckResult(check, label, window.label, verdict, message=message)
 
 
+def no_fault(check: str, label: str, window: Window, how: str) -> CheckResult:
+    """ERROR: a check about one fault, in a window of none and given no ``fault:``."""
+    return unjudged(check, label, window, Verdict.ERROR, f"name the fault: {how}")
+
+
 def insufficient(
     check: str, label: str, window: Window, *, n: int, need: int, what: str
 ) -> CheckResult:

@@ -21,6 +21,7 @@ from faultday.checks.common import (
     from_problems,
     insufficient,
     judged,
+    no_fault,
     requests_in,
     series,
     unjudged,
@@ -238,13 +239,7 @@ class Breaker(Check[BreakerParams]):
         fault = params.fault or window.fault
         label = f"breaker {params.dependency}"
         if not fault:
-            return unjudged(
-                self.name,
-                label,
-                window,
-                Verdict.ERROR,
-                "name the fault: `during:`/`after:` a fault, or `fault:`",
-            )
+            return no_fault(self.name, label, window, "`during:`/`after:` a fault, or `fault:`")
         start, reverted = ctx.fault_times(fault)
         states = ctx.observations.samples_between(
             params.metric,

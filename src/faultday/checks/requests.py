@@ -21,6 +21,7 @@ from faultday.checks.common import (
     insufficient,
     judged,
     matches,
+    no_fault,
     requests_in,
     unjudged,
     within,
@@ -377,13 +378,7 @@ class RecoveryTime(Check[RecoveryTimeParams]):
         fault = params.fault or window.fault
         label = f"recovery_time {fault}" if fault else "recovery_time"
         if not fault:
-            return unjudged(
-                self.name,
-                label,
-                window,
-                Verdict.ERROR,
-                "name the fault: use `after: <fault>` or `fault: <name>`",
-            )
+            return no_fault(self.name, label, window, "use `after: <fault>` or `fault: <name>`")
         _, reverted = ctx.fault_times(fault)
         if math.isinf(reverted):
             return unjudged(
