@@ -44,13 +44,14 @@ from faultday.cluster.docker_render import (
 )
 from faultday.cluster.official_images import ToxiproxyListener, official_port
 from faultday.core.components import ProbeKind
+from faultday.core.driverbase import DriverBase
 from faultday.core.ledger import Ledger
 from faultday.core.plugins import did_you_mean
 from faultday.core.profile import StackProfile
-from faultday.core.targets import Revert, Target, TargetKind
+from faultday.core.stackinfo import StackInfo
+from faultday.core.targets import Revert, Target
 from faultday.core.yamlpos import parse_file, validation_problems
 from faultday.errors import ScenarioError, StackError
-from faultday.stack.stack import ComponentInfo, EdgeInfo, StackInfo
 from faultday.stack.supervisor import free_port, probe_once
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,7 @@ def _seconds(text: str) -> int:
     return int(float(text) * _NS)
 
 
-class DockerStack:
+class DockerStack(DriverBase):
     """A stack profile as containers on one engine; the process driver's API."""
 
     driver = "docker"
@@ -158,10 +159,7 @@ class DockerStack:
         policy: str | None = None,
         config: DockerConfig | None = None,
     ) -> None:
-        self.profile = profile
-        self.run_dir = run_dir
-        self.ledger = ledger
-        self.policy = policy or profile.spec.policy
+        super().__init__(profile, run_dir=run_dir, ledger=ledger, policy=policy)
         self.config = config or DockerConfig()
         self.part_of = part_of_value(profile.name)
         self.render_dir = run_dir / "docker"
@@ -520,28 +518,22 @@ class DockerStack:
 
     def target(self, name: str) -> Target:
         if name in self._compose["services"]:
-            ctype = self.profile.ctype(name)
             url = self.endpoints()[name]
-            return Target(
-                name=name,
-                kind=TargetKind.COMPONENT,
-                component_type=ctype.name,
+            return self._component_target(
+                name,
                 url=url,
                 # The base URL, as the process driver gives it: injectors add the path.
-                admin_url=url if ctype.admin_path else "",
+                admin_url=url if self.profile.ctype(name).admin_path else "",
                 pid=self.host_pid(name),
             )
         if name in self._edges:
             e = self._edges[name]
             proxy = str(self.profile.spec.proxy)
             listen = next(p["listen"] for p in self._proxies if p["name"] == e.proxy_name)
-            return Target(
-                name=name,
-                kind=TargetKind.EDGE,
-                component_type=self.profile.ctype(e.dst).name,
+            return self._edge_target(
+                e,
                 url=f"{proxy}:{listen.rsplit(':', 1)[1]}",
                 proxy_api=self.endpoints()[proxy],
-                proxy_name=e.proxy_name,
                 upstream=f"{e.dst}:{self.port(e.dst)}",
             )
         raise StackError(
@@ -563,9 +555,8 @@ class DockerStack:
                 health = "ready"  # Docker's next check will say so too
             url = self.endpoints()[s] if c is not None else ""
             comps.append(
-                ComponentInfo(
-                    name=s,
-                    type=self.profile.ctype(s).name,
+                self._component_info(
+                    s,
                     url=url,
                     admin_url="",
                     ports={"port": self.port(s)},
@@ -576,25 +567,10 @@ class DockerStack:
                 )
             )
         edges = [
-            EdgeInfo(
-                name=e.name,
-                src=e.src,
-                dst=e.dst,
-                listen="",
-                upstream="",
-                proxy_name=e.proxy_name,
-                proxy_api="",
-            )
+            self._edge_info(e, listen="", upstream="", proxy_name=e.proxy_name, proxy_api="")
             for e in self._edges.values()
         ]
-        return StackInfo(
-            profile=self.profile.name,
-            source=self.profile.source,
-            run_dir=str(self.run_dir),
-            policy=self.policy,
-            components=tuple(comps),
-            edges=tuple(edges),
-        )
+        return self._stack_info(comps, edges)
 
 
 _COMPOSE = "com.docker.compose"  # docker-compose's label prefix

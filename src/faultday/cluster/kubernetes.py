@@ -46,12 +46,13 @@ from faultday.cluster.guards import BlastRadius
 from faultday.cluster.k8s_render import manifests
 from faultday.cluster.load_jobs import KubernetesLoad
 from faultday.cluster.official_images import TOXIPROXY_API_PORT
+from faultday.core.driverbase import DriverBase
 from faultday.core.ledger import Ledger, ProcessRecord
 from faultday.core.plugins import did_you_mean
 from faultday.core.profile import StackProfile
-from faultday.core.targets import Revert, Target, TargetKind
+from faultday.core.stackinfo import StackInfo
+from faultday.core.targets import Revert, Target
 from faultday.errors import StackError
-from faultday.stack.stack import ComponentInfo, EdgeInfo, StackInfo
 
 if TYPE_CHECKING:
     from faultday.cluster.load_jobs import KubernetesLoad
@@ -106,7 +107,7 @@ def place(
     return sorted(out, key=lambda d: rank.get(str(d.get("kind")), len(rank)))
 
 
-class KubernetesStack:
+class KubernetesStack(DriverBase):
     """A stack profile on a Kubernetes cluster (deploy or attach)."""
 
     driver = "kubernetes"
@@ -127,10 +128,7 @@ class KubernetesStack:
         config: KubernetesConfig | None = None,
         cluster: KubernetesCluster | None = None,
     ) -> None:
-        self.profile = profile
-        self.run_dir = run_dir
-        self.ledger = ledger
-        self.policy = policy or profile.spec.policy
+        super().__init__(profile, run_dir=run_dir, ledger=ledger, policy=policy)
         self.config = config or KubernetesConfig()
         self.namespace = self.config.namespace
         self.part_of = self.config.part_of_for(profile.name)
@@ -449,24 +447,17 @@ class KubernetesStack:
 
     def target(self, name: str) -> Target:
         if name in self.components():
-            ctype = self.profile.ctype(name)
+            admin_path = self.profile.ctype(name).admin_path
             url = self.endpoints()[name]
-            return Target(
-                name=name,
-                kind=TargetKind.COMPONENT,
-                component_type=ctype.name,
-                url=url,
-                admin_url=f"{url}{ctype.admin_path}" if ctype.admin_path else "",
+            return self._component_target(
+                name, url=url, admin_url=f"{url}{admin_path}" if admin_path else ""
             )
         if name in self._edges:
             e = self._edges[name]
-            return Target(
-                name=name,
-                kind=TargetKind.EDGE,
-                component_type=self.profile.ctype(e.dst).name,
+            return self._edge_target(
+                e,
                 url=f"{self._dns(e.dst)}:{self._edge_port(name)}",
                 proxy_api=self._proxy_api(e.dst),
-                proxy_name=e.proxy_name,
                 upstream=f"127.0.0.1:{self._service_port(e.dst)}",
             )
         names = set(self.target_names())
@@ -483,7 +474,6 @@ class KubernetesStack:
     def describe(self) -> StackInfo:
         comps = []
         for c in self.components():
-            ctype = self.profile.ctype(c)
             url = self.endpoints()[c] if self._up else ""
             health, restarts = "stopped", 0
             if self._up:
@@ -495,11 +485,10 @@ class KubernetesStack:
                 except ClusterError as exc:
                     health = f"unknown ({exc.status or 'unreachable'})"
             comps.append(
-                ComponentInfo(
-                    name=c,
-                    type=ctype.name,
+                self._component_info(
+                    c,
                     url=url,
-                    admin_url=f"{url}{ctype.admin_path}" if url and ctype.admin_path else "",
+                    admin_url=self._shown_admin_url(c, url),
                     ports={"port": self._service_port(c)},
                     pid=None,
                     health=health,
@@ -508,10 +497,8 @@ class KubernetesStack:
                 )
             )
         edges = [
-            EdgeInfo(
-                name=e.name,
-                src=e.src,
-                dst=e.dst,
+            self._edge_info(
+                e,
                 listen=f"{self._dns(e.dst)}:{self._edge_port(e.name)}",
                 upstream=f"127.0.0.1:{self._service_port(e.dst)}",
                 proxy_name=e.proxy_name,
@@ -519,14 +506,7 @@ class KubernetesStack:
             )
             for e in self._edges.values()
         ]
-        return StackInfo(
-            profile=self.profile.name,
-            source=self.profile.source,
-            run_dir=str(self.run_dir),
-            policy=self.policy,
-            components=tuple(comps),
-            edges=tuple(edges),
-        )
+        return self._stack_info(comps, edges)
 
     # -- dry run --------------------------------------------------------------------------
 

@@ -25,11 +25,12 @@ from pathlib import Path
 import httpx
 
 from faultday.core.components import ProbeKind
+from faultday.core.driverbase import DriverBase
 from faultday.core.ledger import RUN_TMP_DIR, Ledger
 from faultday.core.plugins import did_you_mean
 from faultday.core.profile import TEMPLATE_RE, Edge, StackProfile
 from faultday.core.stackinfo import ComponentInfo, EdgeInfo, StackInfo
-from faultday.core.targets import Target, TargetKind
+from faultday.core.targets import Target
 from faultday.errors import StackError
 from faultday.stack.supervisor import (
     HOST,
@@ -107,7 +108,7 @@ def _set_order(folder: Path) -> tuple[str, int]:
     return stamp, int(n or 1)
 
 
-class Stack:
+class Stack(DriverBase):
     """A running (or runnable) instance of a stack profile on this machine (a StackDriver)."""
 
     driver = "process"
@@ -120,10 +121,7 @@ class Stack:
         ledger: Ledger,
         policy: str | None = None,
     ) -> None:
-        self.profile = profile
-        self.run_dir = run_dir
-        self.ledger = ledger
-        self.policy = policy or profile.spec.policy
+        super().__init__(profile, run_dir=run_dir, ledger=ledger, policy=policy)
         self.supervisor = Supervisor(ledger=ledger)
         self._plan: _Plan | None = None
         self._edges = {e.name: e for e in profile.edges()}
@@ -407,16 +405,13 @@ class Stack:
         """A component or an edge (``agent->qdrant``) resolved for an injector."""
         if name in self.profile.spec.components:
             m = self.supervisor.managed(name)
-            ctype = self.profile.ctype(name)
             url = self._url(name, self._port(name))
-            return Target(
-                name=name,
-                kind=TargetKind.COMPONENT,
-                component_type=ctype.name,
+            return self._component_target(
+                name,
                 url=url,
                 # Injectors append their own admin paths (/admin/faults/…) to this base,
                 # like the llmsim and tools fault clients do; the full path is for display.
-                admin_url=url if ctype.admin_path else "",
+                admin_url=url if self.profile.ctype(name).admin_path else "",
                 pid=m.pid if m is not None else None,
             )
         if name in self._edges:
@@ -424,13 +419,10 @@ class Stack:
                 raise StackError(f"edge {name!r} is not proxied in profile {self.profile.name!r}")
             e = self._edges[name]
             plan = self._plan_or_raise()
-            return Target(
-                name=name,
-                kind=TargetKind.EDGE,
-                component_type=self.profile.ctype(e.dst).name,
+            return self._edge_target(
+                e,
                 url=f"{HOST}:{plan.edge_ports[name]}",
                 proxy_api=self._proxy_api(),
-                proxy_name=e.proxy_name,
                 upstream=f"{HOST}:{self._port(e.dst)}",
             )
         names = set(self.target_names())
@@ -460,14 +452,12 @@ class Stack:
         up = self._plan is not None
         for c in self.profile.spec.components:
             m = self.supervisor.managed(c)
-            ctype = self.profile.ctype(c)
             url = self._url(c, self._port(c)) if up else ""
             comps.append(
-                ComponentInfo(
-                    name=c,
-                    type=ctype.name,
+                self._component_info(
+                    c,
                     url=url,
-                    admin_url=f"{url}{ctype.admin_path}" if url and ctype.admin_path else "",
+                    admin_url=self._shown_admin_url(c, url),
                     ports=dict(self._plan.ports[c]) if self._plan else {},
                     pid=m.pid if m is not None else None,
                     health=self._health(c) if up else "stopped",
@@ -483,24 +473,15 @@ class Stack:
                 upstream = f"{HOST}:{self._port(e.dst)}"
                 listen = f"{HOST}:{self._plan.edge_ports[e.name]}" if self.proxied else upstream
             edges.append(
-                EdgeInfo(
-                    name=e.name,
-                    src=e.src,
-                    dst=e.dst,
+                self._edge_info(
+                    e,
                     listen=listen,
                     upstream=upstream,
                     proxy_name=e.proxy_name if self.proxied else "",
                     proxy_api=self._proxy_api() if up and self.proxied else "",
                 )
             )
-        return StackInfo(
-            profile=self.profile.name,
-            source=self.profile.source,
-            run_dir=str(self.run_dir),
-            policy=self.policy,
-            components=tuple(comps),
-            edges=tuple(edges),
-        )
+        return self._stack_info(comps, edges)
 
 
 def _version_of(ctype: str) -> str:
