@@ -394,15 +394,8 @@ class TaskEngine:
         t0 = time.monotonic()
         if not allowed:
             self.rt.metrics.tool_calls.labels(step.tool, "denied").inc()
-            await self.rt.audit.record(
-                agent=task.agent,
-                task=task.id,
-                trace_id=task.trace_id,
-                tool=step.tool,
-                args=args,
-                decision="denied",
-                result="not in the agent's allowlist",
-                latency_s=0.0,
+            await self._audit(
+                task, step, args, decision="denied", result="not in the agent's allowlist", t0=None
             )
             task.observations.append(
                 Observation(
@@ -426,15 +419,8 @@ class TaskEngine:
             )
         except DependencyError as exc:
             self.rt.metrics.tool_calls.labels(step.tool, "error").inc()
-            await self.rt.audit.record(
-                agent=task.agent,
-                task=task.id,
-                trace_id=task.trace_id,
-                tool=step.tool,
-                args=args,
-                decision="allowed",
-                result=f"error: {exc.reason}",
-                latency_s=time.monotonic() - t0,
+            await self._audit(
+                task, step, args, decision="allowed", result=f"error: {exc.reason}", t0=t0
             )
             if not self.rt.policy.fallback:
                 await self._finish(task, TaskStatus.FAILED, error=str(exc))
@@ -448,20 +434,33 @@ class TaskEngine:
         ref = f"fd:result:{task.id}:{i}"
         body = json.dumps(res.data, default=str)
         await self._r("result", lambda: self.rt.store.r.set(ref, body, ex=86_400))
+        await self._audit(task, step, args, decision="allowed", result=body, t0=t0)
+        task.observations.append(
+            Observation(step=i, tool=step.tool, ok=True, ref=ref, summary=body[:200])
+        )
+        return True
+
+    async def _audit(
+        self,
+        task: Task,
+        step: Step,
+        args: dict[str, Any],
+        *,
+        decision: str,
+        result: str,
+        t0: float | None,
+    ) -> None:
+        """One tool call in the audit log; its latency from ``t0`` (None: it never ran)."""
         await self.rt.audit.record(
             agent=task.agent,
             task=task.id,
             trace_id=task.trace_id,
             tool=step.tool,
             args=args,
-            decision="allowed",
-            result=body,
-            latency_s=time.monotonic() - t0,
+            decision=decision,
+            result=result,
+            latency_s=0.0 if t0 is None else time.monotonic() - t0,
         )
-        task.observations.append(
-            Observation(step=i, tool=step.tool, ok=True, ref=ref, summary=body[:200])
-        )
-        return True
 
     # -- answering ---------------------------------------------------------------------
     async def _answer(self, task: Task, deadline: Deadline, out: Outcome) -> None:
