@@ -418,19 +418,8 @@ class KubernetesCluster:
             raise
 
     def get_chaos(self, *, namespace: str, plural: str, name: str) -> dict[str, Any] | None:
-        custom = self.api("CustomObjectsApi")
         try:
-            obj = self._do(
-                f"get {plural} {namespace}/{name}",
-                lambda: custom.get_namespaced_custom_object(
-                    CHAOS_GROUP,
-                    CHAOS_VERSION,
-                    namespace,
-                    plural,
-                    name,
-                    _request_timeout=self.timeout,
-                ),
-            )
+            obj = self._named_chaos("get", namespace=namespace, plural=plural, name=name)
         except ClusterError as exc:
             if exc.status == 404:
                 return None
@@ -439,24 +428,28 @@ class KubernetesCluster:
 
     def delete_chaos(self, *, namespace: str, plural: str, name: str) -> bool:
         self.guard.check_namespace(namespace)
-        custom = self.api("CustomObjectsApi")
         try:
-            self._do(
-                f"delete {plural} {namespace}/{name}",
-                lambda: custom.delete_namespaced_custom_object(
-                    CHAOS_GROUP,
-                    CHAOS_VERSION,
-                    namespace,
-                    plural,
-                    name,
-                    _request_timeout=self.timeout,
-                ),
-            )
+            self._named_chaos("delete", namespace=namespace, plural=plural, name=name)
         except ClusterError as exc:
             if exc.status == 404:
                 return False
             raise
         return True
+
+    def _named_chaos(self, verb: str, *, namespace: str, plural: str, name: str) -> Any:
+        """``verb`` (get, delete) one Chaos Mesh object; ClusterError (404) when there is none."""
+        method = getattr(self.api("CustomObjectsApi"), f"{verb}_namespaced_custom_object")
+        return self._do(
+            f"{verb} {plural} {namespace}/{name}",
+            lambda: method(
+                CHAOS_GROUP,
+                CHAOS_VERSION,
+                namespace,
+                plural,
+                name,
+                _request_timeout=self.timeout,
+            ),
+        )
 
 
 def _kind(api_version: str, kind: str) -> tuple[str, str]:
