@@ -64,6 +64,7 @@ __all__ = [
     "allowed_hosts_from_env",
     "check_request",
     "check_route",
+    "check_scope",
 ]
 
 MUTATING_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -139,6 +140,19 @@ def check_route(
     return check_request(method, headers, listen_host=listen_host, allowed_hosts=hosts)
 
 
+def check_scope(
+    scope: Scope, *, listen_host: str, allowed_hosts: Collection[str] = ()
+) -> Refusal | None:
+    """:func:`check_route` on an ASGI HTTP scope (its method, path and headers)."""
+    return check_route(
+        scope["method"],
+        scope["path"],
+        scope["headers"],
+        listen_host=listen_host,
+        allowed_hosts=allowed_hosts,
+    )
+
+
 class WebGuard:
     """ASGI middleware: :func:`check_route` on every HTTP request, a JSON 403 when refused.
 
@@ -161,12 +175,8 @@ class WebGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            refusal = check_route(
-                scope["method"],
-                scope["path"],
-                scope["headers"],
-                listen_host=self.listen_host,
-                allowed_hosts=self.allowed_hosts,
+            refusal = check_scope(
+                scope, listen_host=self.listen_host, allowed_hosts=self.allowed_hosts
             )
             if refusal is not None:
                 await self._answer(send, refusal)

@@ -66,7 +66,7 @@ from faultday_refstack.llmsim.text import (
     tokenize,
 )
 from faultday_wire.admin import LEAK_PATH, LeakSpec
-from faultday_wire.webguard import allowed_hosts_from_env, check_route
+from faultday_wire.webguard import allowed_hosts_from_env, check_scope
 
 log = logging.getLogger(__name__)
 gpu_log = logging.getLogger("faultday.llmsim.gpu")
@@ -658,13 +658,7 @@ class LlmSim:
 
     def _guard(self, scope: Scope) -> None:
         """Refuse what a web page could send (faultday_wire.webguard): before any route acts."""
-        refusal = check_route(
-            scope["method"],
-            scope["path"],
-            scope["headers"],
-            listen_host=self.listen_host,
-            allowed_hosts=self.allowed_hosts,
-        )
+        refusal = check_scope(scope, listen_host=self.listen_host, allowed_hosts=self.allowed_hosts)
         if refusal is not None:
             raise HttpError(refusal.status, refusal.message, "ForbiddenError")
 
