@@ -18,7 +18,9 @@ from faultday.core.events import (
     AbortTripped,
     CheckEvaluated,
     EventHook,
+    FailureTally,
     FaultApplied,
+    FaultInjectFailed,
     FaultReverted,
     PhaseEntered,
     RunEvents,
@@ -26,7 +28,8 @@ from faultday.core.events import (
     Status,
 )
 from faultday.core.journal import Journal, RunVerdict
-from faultday.core.vocab import Phase, Section
+from faultday.core.vocab import EventKind, Phase, Section
+from faultday.engine.journal_recorder import JournalRecorder
 from faultday.gameday import run_gameday
 from faultday.scenario.loader import load_scenario
 from faultday.session import Settings, run_scenario
@@ -48,6 +51,20 @@ class Recorder:
         for name in HOOKS:
             hook: EventHook[object] = getattr(events, name)
             hook.add_listener(lambda payload, name=name: self.seen.append((name, payload)))
+
+    def as_journal(self) -> list[tuple[str, str, str | None]]:
+        """The journal events the hooks fired so far stand for: (kind, message, fault)."""
+        out: list[tuple[str, str, str | None]] = []
+        for _, p in self.seen:
+            if isinstance(p, PhaseEntered):
+                out.append((EventKind.PHASE, str(p.phase), None))
+            elif isinstance(p, FaultApplied):
+                out.append((EventKind.FAULT_INJECTED, f"{p.injector} on {p.target}", p.fault))
+            elif isinstance(p, FaultInjectFailed):
+                out.append((EventKind.FAULT_INJECT_FAILED, p.error, p.fault))
+            elif isinstance(p, FaultReverted) and p.ok:
+                out.append((EventKind.FAULT_REVERTED, f"{p.injector} on {p.target}", p.fault))
+        return out
 
     def names(self) -> list[str]:
         """The hooks fired, a phase shown as ``phase:<phase>``; status ticks left out."""
@@ -134,6 +151,44 @@ def test_a_run_fires_its_hooks_in_the_order_things_happen(tmp_path: Path) -> Non
 
 
 @pytest.mark.usefixtures("no_leftovers")
+def test_the_journal_records_what_the_hooks_fired_in_the_same_order(tmp_path: Path) -> None:
+    """The journal is a subscriber: its phase and fault events and its checks are the hooks'
+    payloads, one for one and in order, and it leaves the hooks when the run ends."""
+    events = RunEvents()
+    rec = Recorder()
+    rec.listen(events)
+    journal = _run(tmp_path, events)
+    assert journal.verdict in COMPLETED and not journal.errors, journal.reason
+    kinds = {kind for kind, _, _ in rec.as_journal()} | {EventKind.FAULT_INJECT_FAILED}
+    written = [(e.kind, e.message, e.fault) for e in journal.events if e.kind in kinds]
+    assert written == rec.as_journal()
+    assert len(written) == len(RUN_ORDER) - 3  # all but run_started, stack_up, scenario_ended
+    # A phase's event carries the time its hook said; a fault's, the fault's target.
+    phases = [p for _, p in rec.seen if isinstance(p, PhaseEntered)]
+    assert [e.t for e in journal.events if e.kind == EventKind.PHASE] == [p.t for p in phases]
+    injected = [e for e in journal.events if e.kind == EventKind.FAULT_INJECTED]
+    assert [(e.target, e.data) for e in injected] == [
+        (p.target, {"injector": p.injector}) for _, p in rec.seen if isinstance(p, FaultApplied)
+    ]
+    checks = [p for _, p in rec.seen if isinstance(p, CheckEvaluated)]
+    assert checks and [
+        (c.section, c.check, c.label, c.window, c.verdict, c.expected, c.observed, c.n)
+        for c in journal.checks
+    ] == [
+        (c.section, c.check, c.label, c.window, c.verdict, c.expected, c.observed, c.n)
+        for c in checks
+    ]
+    assert [(c.message, c.params) for c in journal.checks] == [
+        (c.message, dict(c.params)) for c in checks
+    ]
+    # What the other hooks do not stand for is still there, where it happened.
+    all_kinds = [e.kind for e in journal.events]
+    assert all_kinds.index(EventKind.REVERTS_DONE) > all_kinds.index(EventKind.FAULT_REVERTED)
+    # The journal left the hooks with the run: only the test's own listener is on each.
+    assert {name: len(getattr(events, name)) for name in HOOKS} == dict.fromkeys(HOOKS, 1)
+
+
+@pytest.mark.usefixtures("no_leftovers")
 def test_an_abort_fires_abort_tripped_after_its_check_and_every_applied_fault_is_reverted(
     tmp_path: Path,
 ) -> None:
@@ -200,6 +255,73 @@ def test_a_listener_that_raises_is_logged_and_journaled_and_the_run_still_revert
     on_disk = json.loads((Path(journal.run_dir) / "journal.json").read_text())
     assert on_disk["verdict"] == "error" and on_disk["errors"] == journal.errors
     assert "scenario_ended" in on_disk["errors"][-1]
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_a_status_listener_that_keeps_failing_is_one_journal_error_with_its_count(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    events = RunEvents()
+    events.status.add_listener(_boom)  # raises on every tick
+    rec = Recorder()
+    rec.listen(events)
+    with caplog.at_level(logging.ERROR, logger="faultday.core.events"):
+        journal = _run(tmp_path, events)
+    ticks = sum(isinstance(p, Status) for _, p in rec.seen)
+    assert ticks > len(RUN_ORDER) - 5  # it failed many times …
+    # … and the journal says so once, with where it was raised and how many times.
+    assert len(journal.errors) == 1, journal.errors
+    (error,) = journal.errors
+    assert error.startswith(
+        "event listener _boom of status failed: RuntimeError: boom on Status (at test_events.py:"
+    )
+    assert error.endswith(f" in _boom); failed {ticks} times in this run")
+    assert [e.message for e in journal.events if e.kind == EventKind.ERROR] == [error]
+    assert journal.verdict == RunVerdict.ERROR and journal.reason == error
+    on_disk = json.loads((Path(journal.run_dir) / "journal.json").read_text())
+    assert on_disk["errors"] == [error] and on_disk["verdict"] == "error"
+    # Logged once at ERROR with its traceback, not once per tick.
+    logged = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(logged) == 1 and logged[0].exc_info
+    assert all(f.revert_ok for f in journal.faults)
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_a_journal_recorder_that_fails_is_an_error_and_every_fault_is_still_reverted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: JournalRecorder, p: FaultReverted) -> None:
+        raise OSError(f"journal unwritable for {p.fault}")
+
+    monkeypatch.setattr(JournalRecorder, "fault_reverted", broken)
+    events = RunEvents()
+    rec = Recorder()
+    rec.listen(events)
+    journal = _run(tmp_path, events)
+    assert rec.names() == RUN_ORDER  # every listener after it still heard each revert
+    assert all(f.revert_ok for f in journal.faults), journal.faults
+    ledger = _ledger(journal)
+    reverts = {x["revert"]["id"] for x in ledger if x["op"] == "revert"}
+    assert reverts == {x["id"] for x in ledger if x["op"] == "done" and x["ok"]}
+    assert journal.verdict == RunVerdict.ERROR
+    assert ".broken of fault_reverted failed: OSError: journal unwritable for" in journal.errors[0]
+    assert len(journal.errors) == 1 and "failed 2 times in this run" in journal.errors[0]
+    assert EventKind.FAULT_REVERTED not in {e.kind for e in journal.events}
+
+
+def test_a_tally_lets_through_the_first_failure_of_each_listener_and_counts_the_rest() -> None:
+    hook: EventHook[int] = EventHook("numbers")
+    hook.add_listener(_boom)
+    tally = FailureTally()
+    assert [f.listener for f in hook.fire(1, tally=tally)] == ["_boom"]
+    assert hook.fire(2, tally=tally) == [] and hook.fire(3, tally=tally) == []
+    assert tally.count("numbers", "_boom") == 3 and tally.count("numbers", "other") == 0
+    assert len(hook.fire(4)) == 1  # without a tally every failure is returned
+    # A listener added first runs first (the run's journal recorder).
+    got: list[str] = []
+    hook.add_first(lambda n: got.append("first"))
+    hook.fire(5)
+    assert got == ["first"]
 
 
 def test_a_hook_calls_every_listener_and_returns_each_failure() -> None:

@@ -10,8 +10,16 @@ sampler) all listen here; the engine, the session and the game day fire.
 A listener that raises never breaks the run nor a revert: :meth:`EventHook.fire` logs
 its exception at ERROR and returns it as a :class:`ListenerFailure`, which whoever
 fired records (the engine and the session in the journal's errors, so the run's
-verdict becomes error; the game day in its notes). Listeners run on the firing
-thread, in the order they were added, and must return promptly.
+verdict becomes error; the game day in its notes). A run fires with a
+:class:`FailureTally`: only the first failure of each (hook, listener) is logged and
+returned, the repeats are counted (a ``status`` listener that always raises would
+otherwise add an error every tick). Listeners run on the firing thread, in the order
+they were added, and must return promptly.
+
+The run's journal is a subscriber too (``engine/journal_recorder.py``), added first to
+the hooks that have a journal kind, so a listener added before it still comes after
+the journal entry. A hook says nothing of which run fired it: one ``RunEvents`` serves
+one run at a time.
 
 The catalogue, who fires each hook and when, is listed in ``docs/architecture.md``
 (``HOOKS`` below is its source; ``tests/docs/test_architecture.py`` keeps the two
@@ -21,10 +29,13 @@ in step).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
+
+from pydantic import JsonValue
 
 from faultday.core.journal import Journal
 from faultday.core.vocab import Phase, RunVerdict, Section, Verdict
@@ -34,7 +45,9 @@ __all__ = [
     "AbortTripped",
     "CheckEvaluated",
     "EventHook",
+    "FailureTally",
     "FaultApplied",
+    "FaultInjectFailed",
     "FaultReverted",
     "GameDayEnded",
     "HookSpec",
@@ -103,7 +116,7 @@ class StackUp:
 
 @dataclass(frozen=True, slots=True)
 class PhaseEntered:
-    """The run entered a phase (also a journal ``phase`` event and a ledger note)."""
+    """The run entered a phase (the journal's ``phase`` event; the ledger noted it first)."""
 
     phase: Phase
     t: float  # scenario seconds, as the journal event's
@@ -132,6 +145,18 @@ class FaultApplied:
 
 
 @dataclass(frozen=True, slots=True)
+class FaultInjectFailed:
+    """A fault could not be injected (the journal's ``fault.inject_failed``); its revert
+    runs next and the run stops with verdict error."""
+
+    fault: str
+    injector: str
+    target: str
+    t: float
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
 class FaultReverted:
     """A fault's revert ran; ``ok`` is False when it failed (the run's verdict is error)."""
 
@@ -145,7 +170,7 @@ class FaultReverted:
 
 @dataclass(frozen=True, slots=True)
 class CheckEvaluated:
-    """A check was judged over a window and recorded in the journal."""
+    """A check was judged over a window (the journal recorder adds it to the journal)."""
 
     section: Section
     check: str
@@ -154,6 +179,9 @@ class CheckEvaluated:
     verdict: Verdict
     expected: str
     observed: str
+    n: int = 0  # how many samples or requests the verdict rests on
+    message: str = ""  # why, when the verdict is error or insufficient
+    params: Mapping[str, JsonValue] = field(default_factory=dict)  # the check's own keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,9 +223,29 @@ class ListenerFailure:
     hook: str
     listener: str
     error: str
+    where: str = ""  # the innermost frame of its traceback: file:line in function
 
     def describe(self) -> str:
-        return f"event listener {self.listener} of {self.hook} failed: {self.error}"
+        at = f" (at {self.where})" if self.where else ""
+        return f"event listener {self.listener} of {self.hook} failed: {self.error}{at}"
+
+
+class FailureTally:
+    """A run's listener failures by (hook, listener): the first is logged and recorded,
+    the repeats only counted, so a listener that fails on every tick fails the run once."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str], int] = {}
+
+    def first(self, failure: ListenerFailure) -> bool:
+        """Count ``failure``; True when it is the first of its hook and listener."""
+        key = (failure.hook, failure.listener)
+        self._counts[key] = self._counts.get(key, 0) + 1
+        return self._counts[key] == 1
+
+    def count(self, hook: str, listener: str) -> int:
+        """How many times the hook's listener failed so far."""
+        return self._counts.get((hook, listener), 0)
 
 
 class EventHook(Generic[P]):
@@ -217,17 +265,29 @@ class EventHook(Generic[P]):
         if listener in self._listeners:
             self._listeners.remove(listener)
 
-    def fire(self, payload: P) -> list[ListenerFailure]:
+    def add_first(self, listener: Callable[[P], None]) -> Callable[[P], None]:
+        """Subscribe ``listener`` ahead of every other (the run's journal recorder)."""
+        self._listeners.insert(0, listener)
+        return listener
+
+    def fire(self, payload: P, *, tally: FailureTally | None = None) -> list[ListenerFailure]:
         """Call every listener with ``payload``; a listener's exception is logged at ERROR
-        and returned, for the caller to record, and never stops the others."""
+        and returned, for the caller to record, and never stops the others.
+
+        With a ``tally``, a listener's repeated failure is only counted there (logged at
+        DEBUG, not returned): the caller records the count once, when the run ends.
+        """
         failures = []
         for listener in tuple(self._listeners):  # a listener may remove itself
             try:
                 listener(payload)
             except Exception as exc:  # logged and returned: the caller records it
                 failure = ListenerFailure(
-                    self.name, _name(listener), f"{type(exc).__name__}: {exc}"
+                    self.name, _name(listener), f"{type(exc).__name__}: {exc}", _where(exc)
                 )
+                if tally is not None and not tally.first(failure):
+                    log.debug("%s (again)", failure.describe())
+                    continue
                 log.exception("%s", failure.describe())
                 failures.append(failure)
         return failures
@@ -260,6 +320,7 @@ class RunEvents:
     phase: EventHook[PhaseEntered]
     status: EventHook[Status]
     fault_applied: EventHook[FaultApplied]
+    fault_inject_failed: EventHook[FaultInjectFailed]
     fault_reverted: EventHook[FaultReverted]
     check_evaluated: EventHook[CheckEvaluated]
     abort_tripped: EventHook[AbortTripped]
@@ -275,6 +336,7 @@ class RunEvents:
         self.phase = EventHook("phase")
         self.status = EventHook("status")
         self.fault_applied = EventHook("fault_applied")
+        self.fault_inject_failed = EventHook("fault_inject_failed")
         self.fault_reverted = EventHook("fault_reverted")
         self.check_evaluated = EventHook("check_evaluated")
         self.abort_tripped = EventHook("abort_tripped")
@@ -295,16 +357,17 @@ HOOKS: dict[str, HookSpec] = {
         RunStarted, "engine", "the run's folder exists; before its stack starts"
     ),
     "stack_up": HookSpec(StackUp, "engine", "the stack is up (or the shared one taken)"),
-    "phase": HookSpec(PhaseEntered, "engine", "the run enters a phase, right after the journal"),
+    "phase": HookSpec(PhaseEntered, "engine", "the run enters a phase, after the ledger notes it"),
     "status": HookSpec(Status, "engine", "on each phase change and every sample interval"),
-    "fault_applied": HookSpec(
-        FaultApplied, "engine", "a fault took effect, right after its journal event"
+    "fault_applied": HookSpec(FaultApplied, "engine", "a fault took effect on its target"),
+    "fault_inject_failed": HookSpec(
+        FaultInjectFailed, "engine", "a fault's injection raised; its revert runs next"
     ),
     "fault_reverted": HookSpec(
         FaultReverted, "engine", "a fault's revert ran (or failed), after the ledger says so"
     ),
     "check_evaluated": HookSpec(
-        CheckEvaluated, "engine", "a check's result is recorded (abort conditions: when failed)"
+        CheckEvaluated, "engine", "a check was judged over a window (abort conditions: when failed)"
     ),
     "abort_tripped": HookSpec(
         AbortTripped, "engine", "an abort condition failed; the run stops and reverts"
@@ -320,3 +383,12 @@ HOOKS: dict[str, HookSpec] = {
 
 def _name(listener: Callable[..., object]) -> str:
     return getattr(listener, "__qualname__", None) or repr(listener)
+
+
+def _where(exc: BaseException) -> str:
+    """Where ``exc`` was raised: the last frame of its traceback, as file:line in function."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f"{Path(last.filename).name}:{last.lineno} in {last.name}"

@@ -22,7 +22,9 @@ from faultday.core.events import (
     AbortTripped,
     CheckEvaluated,
     EventHook,
+    FailureTally,
     FaultApplied,
+    FaultInjectFailed,
     FaultReverted,
     PhaseEntered,
     RunEvents,
@@ -32,7 +34,6 @@ from faultday.core.events import (
 )
 from faultday.core.journal import (
     Journal,
-    JournalCheck,
     JournalEvent,
     JournalFault,
     JournalWindow,
@@ -45,6 +46,7 @@ from faultday.core.scenario import CheckSpec, Fault, Scenario
 from faultday.core.targets import Revert, Target
 from faultday.core.vocab import EventKind, Phase, Section
 from faultday.core.windows import CheckResult, Verdict, Window, WindowKind
+from faultday.engine.journal_recorder import JournalRecorder
 from faultday.engine.participants import Participant, default_participants
 from faultday.engine.plan import Plan, make_plan
 from faultday.errors import FaultdayError, InjectionError, StackError
@@ -132,6 +134,12 @@ class Run:
         self.ledger = Ledger.in_dir(self.run_dir)
         self.stack: StackDriver | None = None
         self.events = options.events
+        # The journal hears the run through its hooks, like every other listener.
+        self.recorder = JournalRecorder(self)
+        self._tally = FailureTally()
+        # The error a listener's first failure journaled, and its event, by (hook, listener):
+        # the end of the run adds how many times it failed.
+        self._failed: dict[tuple[str, str], tuple[int, JournalEvent]] = {}
         self.phase = Phase.SETUP
         self.active: dict[str, _ActiveFault] = {}
         self.fault_log: dict[str, JournalFault] = {
@@ -191,10 +199,19 @@ class Run:
         return self.stack.target(name)
 
     def event(self, kind: str, message: str = "", **data: object) -> None:
+        self._append_event(kind, message, self._event_time(), data)
+
+    def at(self, t: float) -> _EventsAt:
+        """The journal's events as of scenario time ``t`` (a hook's payload says when)."""
+        return _EventsAt(self, t)
+
+    def _append_event(
+        self, kind: str, message: str, t: float, data: dict[str, object]
+    ) -> JournalEvent:
         fault = data.pop("fault", None)
         target = data.pop("target", None)
         ev = JournalEvent(
-            t=self._event_time(),
+            t=t,
             wall=time.time(),
             kind=kind,
             message=message,
@@ -205,6 +222,7 @@ class Run:
         with self._lock:
             self.journal.events.append(ev)
         log.info("%s %s", kind, message)
+        return ev
 
     def _event_time(self) -> float:
         """Scenario time of an event now: never after t=0 while the run is still before it."""
@@ -223,11 +241,26 @@ class Run:
 
     def _fire(self, hook: EventHook[P], payload: P) -> None:
         """Fire a hook; a listener that raised is journaled as an error (the verdict becomes
-        error) and never interrupts the run or a revert."""
-        for failure in hook.fire(payload):
+        error) and never interrupts the run or a revert. Its repeats are only counted: the
+        end of the run adds the count to that one error (``_note_repeats``)."""
+        for failure in hook.fire(payload, tally=self._tally):
             with self._lock:
                 self.journal.errors.append(failure.describe())
-            self.event(EventKind.ERROR, failure.describe())
+                index = len(self.journal.errors) - 1
+            ev = self._append_event(EventKind.ERROR, failure.describe(), self._event_time(), {})
+            self._failed[failure.hook, failure.listener] = (index, ev)
+
+    def _note_repeats(self) -> None:
+        """Say on each listener's one journaled error how many times it failed in the run."""
+        for (hook, listener), (index, ev) in self._failed.items():
+            first = ev.message.split("; failed ", 1)[0]
+            n = self._tally.count(hook, listener)
+            if n < 2 or self.journal.errors[index] != ev.message:
+                continue
+            noted = f"{first}; failed {n} times in this run"
+            if self.journal.reason == ev.message:
+                self.journal.reason = noted
+            self.journal.errors[index] = ev.message = noted
 
     def fire_after_end(self, hook: EventHook[P], payload: P) -> None:
         """Fire a hook once the run is over (``scenario_ended``): a listener's failure is
@@ -265,6 +298,7 @@ class Run:
     # ---- the phases ---------------------------------------------------------------
     def execute(self, stack_factory: Callable[[Run], StackDriver]) -> Journal:
         """Run every phase; always revert, stop the stack and write the journal."""
+        self.recorder.subscribe(self.events)
         try:
             self._fire(
                 self.events.run_started,
@@ -299,7 +333,10 @@ class Run:
             log.exception("harness error")
             self._fail(RunVerdict.ERROR, f"harness error: {type(exc).__name__}: {exc}")
         finally:
-            self._finish()
+            try:
+                self._finish()
+            finally:  # the hooks outlive the run: the next run's journal is another
+                self.recorder.unsubscribe(self.events)
         return self.journal
 
     def _set_phase(self, phase: Phase) -> None:
@@ -308,7 +345,6 @@ class Run:
             self.ledger.note_phase(str(phase))
         except OSError as exc:  # a full disk must not stop the reverts that follow
             log.error("cannot note phase %s in the ledger: %s", phase, exc)  # noqa: TRY400
-        self.event(EventKind.PHASE, str(phase))
         self._fire(self.events.phase, PhaseEntered(phase, self._event_time()))
         self._status()
 
@@ -424,8 +460,11 @@ class Run:
             injector.inject(ctx, target, params, revert)
         except Exception as exc:
             entry.error = str(exc)
-            self.event(
-                EventKind.FAULT_INJECT_FAILED, str(exc), fault=fault.name, target=fault.target
+            self._fire(
+                self.events.fault_inject_failed,
+                FaultInjectFailed(
+                    fault.name, fault.inject, fault.target, round(self.clock.now(), 4), str(exc)
+                ),
             )
             self._revert_one(_ActiveFault(fault, injector, params, revert, self.clock.now()))
             raise InjectionError(
@@ -433,13 +472,6 @@ class Run:
             ) from exc
         now = self.clock.now()
         entry.injected_at = round(now, 4)
-        self.event(
-            EventKind.FAULT_INJECTED,
-            f"{fault.inject} on {fault.target}",
-            fault=fault.name,
-            target=fault.target,
-            injector=fault.inject,
-        )
         self._fire(
             self.events.fault_applied,
             FaultApplied(fault.name, fault.inject, fault.target, round(now, 4)),
@@ -459,18 +491,11 @@ class Run:
             self.ledger.revert_done(active.revert, ok=False, error=str(exc))
             entry.revert_ok = False
             entry.error = entry.error or f"revert failed: {exc}"
-            self.error(f"revert of {active.fault.name!r} on {active.fault.target} failed: {exc}")
             self._fire_reverted(active, ok=False, error=str(exc))
             return False
         self.ledger.revert_done(active.revert, ok=True)
         entry.reverted_at = round(self.clock.now(), 4)
         entry.revert_ok = True
-        self.event(
-            EventKind.FAULT_REVERTED,
-            f"{active.fault.inject} on {active.fault.target}",
-            fault=active.fault.name,
-            target=active.fault.target,
-        )
         self._fire_reverted(active, ok=True)
         return True
 
@@ -535,20 +560,7 @@ class Run:
         return result
 
     def _record_check(self, section: Section, spec: CheckSpec, result: CheckResult) -> None:
-        self.journal.checks.append(
-            JournalCheck(
-                section=section,
-                check=result.check,
-                label=result.label,
-                window=result.window,
-                verdict=str(result.verdict),
-                expected=result.expected,
-                observed=result.observed,
-                n=result.n,
-                message=result.message,
-                params=dict(spec.params),
-            )
-        )
+        """Announce a check's result; the journal recorder adds it to the journal's checks."""
         self._fire(
             self.events.check_evaluated,
             CheckEvaluated(
@@ -559,6 +571,9 @@ class Run:
                 result.verdict,
                 result.expected,
                 result.observed,
+                n=result.n,
+                message=result.message,
+                params=dict(spec.params),
             ),
         )
 
@@ -628,6 +643,8 @@ class Run:
         self.journal.verdict = self._verdict()
         self.journal.ended = time.time()
         self._set_phase(Phase.DONE)
+        self.recorder.unsubscribe(self.events)
+        self._note_repeats()
         self.journal.write(self.run_dir)
 
     def _sweep(self) -> None:
@@ -659,6 +676,17 @@ class Run:
         n = len(self.journal.checks)
         self.journal.reason = "the one check passed" if n == 1 else f"all {n} checks passed"
         return RunVerdict.PASSED
+
+
+@dataclass(frozen=True, slots=True)
+class _EventsAt:
+    """A run's journal events stamped with a time given, not the time they are written."""
+
+    run: Run
+    t: float
+
+    def event(self, kind: str, message: str = "", **data: object) -> None:
+        self.run._append_event(kind, message, self.t, data)
 
 
 class _Stopped(FaultdayError):
