@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 import httpx
 import psutil
@@ -139,33 +140,19 @@ def _kv_check(subject: Subject, comp: ComponentInfo, mlen: int | None) -> Journa
     prompt, max_tokens = _needed_tokens(subject)
     label = f"{comp.name}: KV cache at {spec.concurrency} concurrent requests"
     limit = f"≤ {spec.max_kv_cache_usage:.0%} used ({1 - spec.max_kv_cache_usage:.0%} headroom)"
+    kv_check = partial(check, Area.RESOURCES, "kv_cache", label, expected=limit)
     if mlen is not None:
         prompt = min(prompt, mlen - max_tokens - 8)
     if prompt < 1:
-        return check(
-            Area.RESOURCES,
-            "kv_cache",
-            label,
+        return kv_check(
             ok=None,
-            expected=limit,
             message=f"max_model_len {mlen} leaves no room for a prompt and {max_tokens} tokens",
         )
     peak, problem = _kv_probe(comp, n=spec.concurrency, prompt=prompt, max_tokens=max_tokens)
     if peak.value is None:
-        return check(
-            Area.RESOURCES,
-            "kv_cache",
-            label,
-            ok=None,
-            expected=limit,
-            message=problem or f"no {KV_METRIC} in its /metrics",
-        )
-    return check(
-        Area.RESOURCES,
-        "kv_cache",
-        label,
+        return kv_check(ok=None, message=problem or f"no {KV_METRIC} in its /metrics")
+    return kv_check(
         ok=peak.value <= spec.max_kv_cache_usage and not problem,
-        expected=limit,
         observed=f"peak {peak.value:.1%} ({prompt}-token prompts, {max_tokens} tokens each)",
         message=problem,
         n=spec.concurrency,
@@ -255,45 +242,34 @@ def _gpu_one(
     util: float | None,
     bw: float | None,
 ) -> list[JournalCheck]:
-    max_used, max_util = subject.spec.max_gpu_memory_used, subject.spec.max_gpu_util
-    label = f"{comp.name}: GPU"
-    out = []
+    spec = subject.spec
+    # (check, what, reading, its ceiling, expected, observed): each passes at or under its ceiling
+    readings: list[tuple[str, str, float, float, str, str]] = []
     if free is not None and used + free > 0:
-        share = used / (used + free)
-        out.append(
-            check(
-                Area.RESOURCES,
-                "gpu_memory",
-                f"{label} memory",
-                ok=share <= max_used,
-                expected=f"≤ {max_used:.0%} of framebuffer used",
-                observed=f"{share:.1%} ({used:.0f} of {used + free:.0f} MiB)",
-            )
+        share, most = used / (used + free), spec.max_gpu_memory_used
+        of_total = f"{share:.1%} ({used:.0f} of {used + free:.0f} MiB)"
+        readings.append(
+            ("gpu_memory", "memory", share, most, f"≤ {most:.0%} of framebuffer used", of_total)
         )
     if util is not None:
-        out.append(
-            check(
-                Area.RESOURCES,
-                "gpu_util",
-                f"{label} utilisation",
-                ok=util <= max_util,
-                expected=f"≤ {max_util:g} %",
-                observed=f"{util:g} %",
-            )
-        )
+        most = spec.max_gpu_util
+        readings.append(("gpu_util", "utilisation", util, most, f"≤ {most:g} %", f"{util:g} %"))
     if bw is not None:
-        limit = subject.spec.max_gpu_bandwidth_util
-        out.append(
-            check(
-                Area.RESOURCES,
-                "gpu_bandwidth",
-                f"{label} memory bandwidth",
-                ok=bw <= limit,
-                expected=f"≤ {limit:g} % in use",
-                observed=f"{bw:g} %",
-            )
+        most = spec.max_gpu_bandwidth_util
+        readings.append(
+            ("gpu_bandwidth", "memory bandwidth", bw, most, f"≤ {most:g} % in use", f"{bw:g} %")
         )
-    return out
+    return [
+        check(
+            Area.RESOURCES,
+            name,
+            f"{comp.name}: GPU {what}",
+            ok=value <= ceiling,
+            expected=expected,
+            observed=observed,
+        )
+        for name, what, value, ceiling, expected, observed in readings
+    ]
 
 
 def _process_checks(subject: Subject) -> list[JournalCheck]:
