@@ -11,6 +11,10 @@ Each simulator instance owns its registry (no module-global state).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summary
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
@@ -103,6 +107,8 @@ _HTTP_BUCKETS = [0.1, 0.5, 1.0]
 # Paths vLLM excludes from the http_* families (its Instrumentator's excluded_handlers).
 HTTP_EXCLUDED = frozenset({"/metrics", "/health", "/load", "/ping", "/version", "/server_info"})
 SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
+_LABELS = ["model_name", "engine"]
+_K = TypeVar("_K", bound=str)
 
 
 def build_1_2_5_buckets(max_value: int) -> list[float]:
@@ -117,6 +123,30 @@ def build_1_2_5_buckets(max_value: int) -> list[float]:
         exponent += 1
 
 
+@dataclass(frozen=True, slots=True)
+class _Families:
+    """Metric families labelled with one model name and engine; each returns their child."""
+
+    registry: CollectorRegistry
+    values: tuple[str, str]  # model_name, engine
+
+    def gauge(self, name: str, doc: str) -> Gauge:
+        family = Gauge(name, doc, _LABELS, registry=self.registry, multiprocess_mode="mostrecent")
+        return family.labels(*self.values)
+
+    def counter(self, name: str, doc: str) -> Counter:
+        return Counter(name, doc, _LABELS, registry=self.registry).labels(*self.values)
+
+    def counters(self, name: str, doc: str, label: str, keys: Iterable[_K]) -> dict[_K, Counter]:
+        """A counter with one label more: a child for each of ``keys``."""
+        family = Counter(name, doc, [*_LABELS, label], registry=self.registry)
+        return {k: family.labels(*self.values, str(k)) for k in keys}
+
+    def hist(self, name: str, doc: str, buckets: list[float]) -> Histogram:
+        family = Histogram(name, doc, _LABELS, buckets=buckets, registry=self.registry)
+        return family.labels(*self.values)
+
+
 class VllmMetrics:
     """The metric families, bound to one model name and engine 0."""
 
@@ -127,31 +157,23 @@ class VllmMetrics:
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
         reg = self.registry
-        names = ["model_name", "engine"]
         values = (config.name, "0")
         mlen = config.max_model_len
-
-        def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(name, doc, names, registry=reg, multiprocess_mode="mostrecent")
-
-        def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
-            return Counter(name, doc, [*names, *extra], registry=reg)
-
-        def hist(name: str, doc: str, buckets: list[float]) -> Histogram:
-            return Histogram(name, doc, names, buckets=buckets, registry=reg)
+        f = _Families(reg, values)
+        gauge, counter, hist = f.gauge, f.counter, f.hist
 
         self.running = gauge(
             "vllm:num_requests_running", "Number of requests in model execution batches."
-        ).labels(*values)
+        )
         self.waiting = gauge(
             "vllm:num_requests_waiting", "Number of requests waiting to be processed."
-        ).labels(*values)
+        )
         sleep = Gauge(
             "vllm:engine_sleep_state",
             "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine "
             "is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means "
             "sleep level 2.",
-            [*names, "sleep_state"],
+            [*_LABELS, "sleep_state"],
             registry=reg,
             multiprocess_mode="mostrecent",
         )
@@ -159,14 +181,14 @@ class VllmMetrics:
             sleep.labels(*values, state).set(1 if state == "awake" else 0)
         self.kv_usage = gauge(
             "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."
-        ).labels(*values)
+        )
         self.prefix_queries = counter(
             "vllm:prefix_cache_queries",
             "Prefix cache queries, in terms of number of queried tokens.",
-        ).labels(*values)
+        )
         self.prefix_hits = counter(
             "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
-        ).labels(*values)
+        )
         for name, doc in (
             (
                 "vllm:external_prefix_cache_queries",
@@ -184,109 +206,109 @@ class VllmMetrics:
             ),
             ("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items."),
         ):
-            counter(name, doc).labels(*values)  # exported at 0: no connector, text only
+            counter(name, doc)  # exported at 0: no connector, text only
         self.preemptions = counter(
             "vllm:num_preemptions", "Cumulative number of preemption from the engine."
-        ).labels(*values)
-        self.prompt_tokens = counter(
-            "vllm:prompt_tokens", "Number of prefill tokens processed."
-        ).labels(*values)
-        by_source = counter(
-            "vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", ("source",)
         )
-        self.prompt_by_source = {s: by_source.labels(*values, s) for s in PROMPT_SOURCES}
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self.prompt_by_source = f.counters(
+            "vllm:prompt_tokens_by_source",
+            "Number of prompt tokens by source.",
+            "source",
+            PROMPT_SOURCES,
+        )
         self.prompt_cached = counter(
             "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external)."
-        ).labels(*values)
+        )
         self._newer_families(config)
         self.generation_tokens = counter(
             "vllm:generation_tokens", "Number of generation tokens processed."
-        ).labels(*values)
-        success = counter(
+        )
+        self.success = f.counters(
             "vllm:request_success",
             "Count of successfully processed requests.",
-            ("finished_reason",),
+            "finished_reason",
+            FinishReason,
         )
-        self.success = {r: success.labels(*values, str(r)) for r in FinishReason}
         self.req_prompt_tokens = hist(
             "vllm:request_prompt_tokens",
             "Number of prefill tokens processed.",
             build_1_2_5_buckets(mlen),
-        ).labels(*values)
+        )
         self.req_gen_tokens = hist(
             "vllm:request_generation_tokens",
             "Number of generation tokens processed.",
             build_1_2_5_buckets(mlen),
-        ).labels(*values)
+        )
         self.iteration_tokens = hist(
             "vllm:iteration_tokens_total",
             "Histogram of number of tokens per engine_step.",
             [float(b) for b in _ITERATION_BUCKETS],
-        ).labels(*values)
+        )
         self.max_gen_tokens = hist(
             "vllm:request_max_num_generation_tokens",
             "Histogram of maximum number of requested generation tokens.",
             build_1_2_5_buckets(mlen),
-        ).labels(*values)
+        )
         self.params_n = hist(
             "vllm:request_params_n",
             "Histogram of the n request parameter.",
             [1.0, 2.0, 5.0, 10.0, 20.0],
-        ).labels(*values)
+        )
         self.params_max_tokens = hist(
             "vllm:request_params_max_tokens",
             "Histogram of the max_tokens request parameter.",
             build_1_2_5_buckets(mlen),
-        ).labels(*values)
+        )
         self.ttft = hist(
             "vllm:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.",
             _TTFT_BUCKETS,
-        ).labels(*values)
+        )
         self.itl = hist(
             "vllm:inter_token_latency_seconds",
             "Histogram of inter-token latency in seconds.",
             _ITL_BUCKETS,
-        ).labels(*values)
+        )
         self.tpot = hist(
             "vllm:request_time_per_output_token_seconds",
             "Histogram of time_per_output_token_seconds per request.",
             _ITL_BUCKETS,
-        ).labels(*values)
+        )
         lat = _REQUEST_LATENCY_BUCKETS
         self.e2e = hist(
             "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", lat
-        ).labels(*values)
+        )
         self.queue_time = hist(
             VLLM_QUEUE_TIME,
             "Histogram of time spent in WAITING phase for request.",
             lat,
-        ).labels(*values)
+        )
         self.inference_time = hist(
             "vllm:request_inference_time_seconds",
             "Histogram of time spent in RUNNING phase for request.",
             lat,
-        ).labels(*values)
+        )
         self.prefill_time = hist(
             "vllm:request_prefill_time_seconds",
             "Histogram of time spent in PREFILL phase for request.",
             lat,
-        ).labels(*values)
+        )
         self.decode_time = hist(
             "vllm:request_decode_time_seconds",
             "Histogram of time spent in DECODE phase for request.",
             lat,
-        ).labels(*values)
+        )
         self.prefill_kv_computed = hist(
             "vllm:request_prefill_kv_computed_tokens",
             "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
             build_1_2_5_buckets(mlen),
-        ).labels(*values)
+        )
         self.req_preemptions = hist(
             "vllm:request_num_preemptions",
             "Histogram of the number of times a request was preempted.",
             _PREEMPTION_BUCKETS,
-        ).labels(*values)
+        )
         info = cache_config_labels(config)
         Gauge(
             "vllm:cache_config_info",
@@ -323,23 +345,20 @@ class VllmMetrics:
             registry=reg,
         )
         self.cached_by_source = {s: cached_by_source.labels(*values, s) for s in CACHED_SOURCES}
-
-        def counter(name: str, doc: str) -> Counter:
-            return Counter(name, doc, ["model_name", "engine"], registry=reg)
-
+        counter = _Families(reg, values).counter
         mfu = "(for Model Flops Utilization calculations)."
         self.est_flops = counter(
             "vllm:estimated_flops_per_gpu",
             f"Estimated number of floating point operations per GPU {mfu}",
-        ).labels(*values)
+        )
         self.est_read = counter(
             "vllm:estimated_read_bytes_per_gpu",
             f"Estimated number of bytes read from memory per GPU {mfu}",
-        ).labels(*values)
+        )
         self.est_write = counter(
             "vllm:estimated_write_bytes_per_gpu",
             f"Estimated number of bytes written to memory per GPU {mfu}",
-        ).labels(*values)
+        )
         rejections = Counter(
             "vllm:admission_rejections",
             "Number of admission attempts rejected by a queue limit, by reason.",
