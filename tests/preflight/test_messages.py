@@ -30,16 +30,21 @@ def _preflight_file(folder: Path, spec: str) -> Path:
 def test_an_unknown_key_in_the_profiles_preflight_says_did_you_mean(tmp_path: Path) -> None:
     profile = copy_local(tmp_path)
     text = profile.read_text()
-    assert text.count("\n  preflight:") == 1
-    profile.write_text(
-        text.replace(
-            "\n  preflight:",
-            "\n  preflight:\n"
-            "    concurency: 3\n"
-            "    golden:\n"
-            "      - {name: x, component: agent, methd: POST}",
-        )
+    # The profile's own preflight block (a flow mapping, `{}`, or a block of keys) gives
+    # way to one with two misspelt keys.
+    found = re.findall(r"^  preflight:.*$", text, re.MULTILINE)
+    assert len(found) == 1, found
+    block = (
+        "  preflight:\n"
+        "    concurency: 3\n"
+        "    golden:\n"
+        "      - {name: x, component: agent, methd: POST}"
     )
+    if found[0].split("#")[0].rstrip().endswith("{}"):
+        text = text.replace(found[0], block)
+    else:
+        text = text.replace(found[0], block.replace("  preflight:\n", found[0] + "\n", 1))
+    profile.write_text(text)
     r = faultday("preflight", "--profile", str(profile), "--report-dir", str(tmp_path / "r"))
     assert r.returncode == ExitCode.INVALID, r.stderr
     err = " ".join(r.stderr.split())
