@@ -162,6 +162,9 @@ def test_endpoints_targets_versions_describe(k8s_stack: KubernetesStack) -> None
     assert eps["redis"] == f"redis://redis.{NS}.svc.cluster.local:6379"
     t = k8s_stack.target("llm-primary")
     assert t.kind == TargetKind.COMPONENT and t.component_type == "llmsim"
+    # The base URL, as the process and docker drivers give it: the injectors add the path.
+    assert t.admin_url == eps["llm-primary"]
+    assert k8s_stack.target("redis").admin_url == ""
     e = k8s_stack.target("agent->qdrant")
     assert e.kind == TargetKind.EDGE
     assert e.proxy_api == f"http://qdrant.{NS}.svc.cluster.local:8474"

@@ -447,10 +447,11 @@ class KubernetesStack(DriverBase):
 
     def target(self, name: str) -> Target:
         if name in self.components():
-            admin_path = self.profile.ctype(name).admin_path
             url = self.endpoints()[name]
+            # The base URL, as the other drivers give it: injectors append their own admin
+            # paths (/admin/faults/…); the full path here doubled it.
             return self._component_target(
-                name, url=url, admin_url=f"{url}{admin_path}" if admin_path else ""
+                name, url=url, admin_url=url if self.profile.ctype(name).admin_path else ""
             )
         if name in self._edges:
             e = self._edges[name]
