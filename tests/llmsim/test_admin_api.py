@@ -122,6 +122,7 @@ def test_every_admin_4xx_has_the_api_shape(sim: Sim) -> None:
     assert _api_error(httpx.get(sim.url + "/admin/nothing", timeout=5), 404)["type"] == (
         "NotFoundError"
     )
+    assert _api_error(httpx.get(sim.url + "/admin", timeout=5), 404)["type"] == "NotFoundError"
     # vLLM's own routes keep FastAPI's shape, as real vLLM answers (docs/real-vllm.md).
     resp = httpx.post(sim.url + "/v1/completions", content=huge, headers=headers, timeout=10)
     assert resp.status_code == 400 and list(resp.json()) == ["detail"]

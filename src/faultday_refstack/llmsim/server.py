@@ -176,6 +176,13 @@ class PlainError(Exception):
 
 
 ADMIN_PREFIX = "/admin/"
+
+
+def _is_admin(path: str) -> bool:
+    """The simulator's own admin API, ``/admin`` itself included (vLLM has none)."""
+    return path == ADMIN_PREFIX.rstrip("/") or path.startswith(ADMIN_PREFIX)
+
+
 _ADMIN_TYPES = {404: "NotFoundError", 405: "MethodNotAllowedError"}
 
 
@@ -602,7 +609,7 @@ class LlmSim:
         handler = self._routes.get((method, path))
         # The http_* families, as vLLM's Instrumentator counts them: not its probe and
         # metrics paths, nor the simulator's own admin API (vLLM has none).
-        if path in HTTP_EXCLUDED or path.startswith(ADMIN_PREFIX):
+        if path in HTTP_EXCLUDED or _is_admin(path):
             await self._dispatch(handler, scope, receive, send)
             return
         status_and_size = [500, 0]
@@ -645,7 +652,7 @@ class LlmSim:
                 self._guard(scope)
                 await handler(scope, receive, send)
             except (DetailError, PlainError) as exc:
-                if not path.startswith(ADMIN_PREFIX):
+                if not _is_admin(path):
                     raise
                 # The simulator's own API (vLLM has none) answers every error in one shape.
                 raise admin_error(exc) from exc
