@@ -137,9 +137,9 @@ class Run:
         # The journal hears the run through its hooks, like every other listener.
         self.recorder = JournalRecorder(self)
         self._tally = FailureTally()
-        # The error a listener's first failure journaled, and its event, by (hook, listener):
-        # the end of the run adds how many times it failed.
-        self._failed: dict[tuple[str, str], tuple[int, JournalEvent]] = {}
+        # The error a listener's first failure journaled (its place in the errors, its event,
+        # its words), by (hook, listener): the end of the run adds how many times it failed.
+        self._failed: dict[tuple[str, str], tuple[int, JournalEvent, str]] = {}
         self.phase = Phase.SETUP
         self.active: dict[str, _ActiveFault] = {}
         self.fault_log: dict[str, JournalFault] = {
@@ -244,21 +244,21 @@ class Run:
         error) and never interrupts the run or a revert. Its repeats are only counted: the
         end of the run adds the count to that one error (``_note_repeats``)."""
         for failure in hook.fire(payload, tally=self._tally):
+            said = failure.describe()
             with self._lock:
-                self.journal.errors.append(failure.describe())
+                self.journal.errors.append(said)
                 index = len(self.journal.errors) - 1
-            ev = self._append_event(EventKind.ERROR, failure.describe(), self._event_time(), {})
-            self._failed[failure.hook, failure.listener] = (index, ev)
+            ev = self._append_event(EventKind.ERROR, said, self._event_time(), {})
+            self._failed[failure.hook, failure.listener] = (index, ev, said)
 
     def _note_repeats(self) -> None:
         """Say on each listener's one journaled error how many times it failed in the run."""
-        for (hook, listener), (index, ev) in self._failed.items():
-            first = ev.message.split("; failed ", 1)[0]
+        for (hook, listener), (index, ev, said) in self._failed.items():
             n = self._tally.count(hook, listener)
-            if n < 2 or self.journal.errors[index] != ev.message:
+            if n < 2:
                 continue
-            noted = f"{first}; failed {n} times in this run"
-            if self.journal.reason == ev.message:
+            noted = f"{said}; failed {n} times in this run"
+            if self.journal.reason == self.journal.errors[index]:
                 self.journal.reason = noted
             self.journal.errors[index] = ev.message = noted
 
