@@ -4,6 +4,7 @@ journaled while the run completes and every fault is reverted."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
@@ -28,9 +29,14 @@ from faultday.core.events import (
     Status,
 )
 from faultday.core.journal import Journal, RunVerdict
+from faultday.core.protocols import FaultContext
+from faultday.core.targets import Revert, Target
 from faultday.core.vocab import EventKind, Phase, Section
 from faultday.engine.journal_recorder import JournalRecorder
+from faultday.errors import InjectionError
 from faultday.gameday import run_gameday
+from faultday.injectors.base import NoParams
+from faultday.injectors.process import ProcessPause
 from faultday.scenario.loader import load_scenario
 from faultday.session import Settings, run_scenario
 
@@ -50,7 +56,10 @@ class Recorder:
     def listen(self, events: RunEvents) -> None:
         for name in HOOKS:
             hook: EventHook[object] = getattr(events, name)
-            hook.add_listener(lambda payload, name=name: self.seen.append((name, payload)))
+            hook.add_listener(functools.partial(self.hear, name))
+
+    def hear(self, name: str, payload: object) -> None:
+        self.seen.append((name, payload))
 
     def as_journal(self) -> list[tuple[str, str, str | None]]:
         """The journal events the hooks fired so far stand for: (kind, message, fault)."""
@@ -131,8 +140,8 @@ def test_a_run_fires_its_hooks_in_the_order_things_happen(tmp_path: Path) -> Non
     first, last = names.index("check_evaluated"), len(names) - names[::-1].index("check_evaluated")
     phases = [p.phase for _, p in rec.seen[:first] if isinstance(p, PhaseEntered)]
     assert phases[-1] == Phase.CHECKS
-    assert isinstance(rec.seen[last][1], PhaseEntered)
-    assert rec.seen[last][1].phase == Phase.STACK_DOWN
+    after_checks = rec.seen[last][1]
+    assert isinstance(after_checks, PhaseEntered) and after_checks.phase == Phase.STACK_DOWN
     assert [(c.check, c.window, str(c.verdict)) for c in checks] == [
         (c.check, c.window, c.verdict) for c in journal.checks
     ]
@@ -307,6 +316,58 @@ def test_a_journal_recorder_that_fails_is_an_error_and_every_fault_is_still_reve
     assert ".broken of fault_reverted failed: OSError: journal unwritable for" in journal.errors[0]
     assert len(journal.errors) == 1 and "failed 2 times in this run" in journal.errors[0]
     assert EventKind.FAULT_REVERTED not in {e.kind for e in journal.events}
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_a_fault_that_cannot_be_injected_fires_its_hook_and_the_journal_follows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = ProcessPause.inject
+
+    def refuses_web(
+        self: ProcessPause, ctx: FaultContext, target: Target, params: NoParams, revert: Revert
+    ) -> None:
+        if revert.fault == "freeze-web":
+            raise InjectionError("web: refused for the test")
+        real(self, ctx, target, params, revert)
+
+    monkeypatch.setattr(ProcessPause, "inject", refuses_web)
+    events = RunEvents()
+    rec = Recorder()
+    rec.listen(events)
+    journal = _run(tmp_path, events)
+    failed = [p for _, p in rec.seen if isinstance(p, FaultInjectFailed)]
+    assert [(p.fault, p.injector, p.target, p.error) for p in failed] == [
+        ("freeze-web", "process_pause", "web", "web: refused for the test")
+    ]
+    # Its revert runs at once; the run stops with an error and reverts what is still active.
+    names = rec.names()
+    i = names.index("fault_inject_failed")
+    assert names[i - 2 : i + 2] == [
+        "fault_applied:freeze",
+        f"phase:{Phase.FAULTS}",
+        "fault_inject_failed",
+        "fault_reverted:freeze-web",
+    ]
+    assert names[i + 2 :] == [
+        f"phase:{Phase.REVERT}",
+        "fault_reverted:freeze",
+        f"phase:{Phase.STACK_DOWN}",
+        f"phase:{Phase.DONE}",
+        "scenario_ended",
+    ]
+    kinds = {EventKind.PHASE, EventKind.FAULT_INJECTED, EventKind.FAULT_INJECT_FAILED}
+    kinds |= {EventKind.FAULT_REVERTED}
+    assert [(e.kind, e.message, e.fault) for e in journal.events if e.kind in kinds] == (
+        rec.as_journal()
+    )
+    (ev,) = [e for e in journal.events if e.kind == EventKind.FAULT_INJECT_FAILED]
+    assert (ev.fault, ev.target, ev.t) == ("freeze-web", "web", failed[0].t)
+    assert journal.verdict == RunVerdict.ERROR and "freeze-web" in journal.reason
+    ledger = _ledger(journal)
+    reverts = {x["revert"]["id"] for x in ledger if x["op"] == "revert"}
+    assert reverts == {x["id"] for x in ledger if x["op"] == "done" and x["ok"]}
+    assert len(reverts) == 2
 
 
 def test_a_tally_lets_through_the_first_failure_of_each_listener_and_counts_the_rest() -> None:
