@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from faultday_wire.problems import Problem
 
 
 class FaultdayError(Exception):
     """Root of every error faultday raises on purpose."""
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One problem found in a user's file, with its position and YAML path."""
-
-    file: str
-    line: int
-    col: int
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        where = f"{self.file}:{self.line}:{self.col}"
-        return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
 
 
 class ScenarioError(FaultdayError):

@@ -1,8 +1,9 @@
-"""The reference stack's own errors; it shares none with the harness (it runs as processes)."""
+"""The reference stack's own errors; of the harness's it shares only ``Problem``, through
+``faultday_wire`` (it runs as processes and imports nothing of faultday)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from faultday_wire.problems import Problem
 
 
 class RefstackError(Exception):
@@ -11,21 +12,6 @@ class RefstackError(Exception):
 
 class UsageError(RefstackError):
     """A service was started wrongly (a bad option value, an unreadable config file)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One problem in a service's config file, with its position and YAML path."""
-
-    file: str
-    line: int
-    col: int
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        where = f"{self.file}:{self.line}:{self.col}"
-        return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
 
 
 class ConfigError(RefstackError):

@@ -17,8 +17,9 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from faultday_refstack.errors import ConfigError, Problem
+from faultday_refstack.errors import ConfigError
 from faultday_wire.durations import shown
+from faultday_wire.problems import Problem
 
 PathKey = tuple[str | int, ...]
 

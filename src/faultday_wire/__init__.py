@@ -9,6 +9,7 @@ answer cites its documents or says it is canned (:mod:`faultday_wire.answers`), 
 the parts of the agent's config file the harness reads too: its resilience policies
 (:mod:`faultday_wire.policy`), its models (:mod:`faultday_wire.llm`) and their
 durations (:mod:`faultday_wire.durations`, the one duration grammar, the harness's
-files' too), so ``faultday lint`` and the agent refuse the same values alike.
+files' too), so ``faultday lint`` and the agent refuse the same values alike; and how
+either side reports a problem in a user's file (:mod:`faultday_wire.problems`).
 This package imports neither side (a test walks the imports).
 """

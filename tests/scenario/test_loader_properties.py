@@ -24,9 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.conftest import ROOT
 
-from faultday.errors import Problem, ScenarioError
+from faultday.errors import ScenarioError
 from faultday.scenario.loader import load_scenario
 from faultday.session import target_resolver
+from faultday_wire.problems import Problem
 
 SOURCES = [
     "soak",

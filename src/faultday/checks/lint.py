@@ -30,8 +30,9 @@ from faultday.core.yamlpos import (
     parse_file,
     validation_problems,
 )
-from faultday.errors import Problem, ScenarioError
+from faultday.errors import ScenarioError
 from faultday_wire.policy import Policy, Retries, contradictions
+from faultday_wire.problems import Problem
 
 
 class Severity(StrEnum):

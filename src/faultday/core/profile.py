@@ -37,7 +37,8 @@ from faultday.core.yamlpos import (
     parse_file,
     validation_problems,
 )
-from faultday.errors import Problem, ScenarioError
+from faultday.errors import ScenarioError
+from faultday_wire.problems import Problem
 
 API_VERSION = "faultday/v1"
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"

@@ -28,7 +28,8 @@ from pydantic import BaseModel, ValidationError
 
 from faultday.core.durations import shown
 from faultday.core.plugins import did_you_mean
-from faultday.errors import Problem, ScenarioError
+from faultday.errors import ScenarioError
+from faultday_wire.problems import Problem
 
 PathKey = tuple[str | int, ...]
 

@@ -20,10 +20,11 @@ from faultday.core.yamlpos import (
     parse_file,
     validation_problems,
 )
-from faultday.errors import Problem, ScenarioError
+from faultday.errors import ScenarioError
 from faultday.preflight.base import Area, Subject, check
 from faultday_wire.llm import Models
 from faultday_wire.policy import contradictions
+from faultday_wire.problems import Problem
 
 AGENT_TYPE = "agent"
 CONFIG_FLAG = "--config"

@@ -17,9 +17,10 @@ from faultday.core.plugins import Registry, did_you_mean
 from faultday.core.scenario import MAX_CHECKS, MAX_FAULTS, MAX_PATH, CheckSpec, Fault, Scenario
 from faultday.core.targets import TargetKind
 from faultday.core.yamlpos import Document, PathKey, parse_file, printable, validation_problems
-from faultday.errors import FaultdayError, Problem, ScenarioError
+from faultday.errors import FaultdayError, ScenarioError
 from faultday.injectors.base import AnyInjector, injector_registry
 from faultday.scenario.drift import DriftItem, drift_findings
+from faultday_wire.problems import Problem
 
 SUFFIX = ".scenario.yaml"
 EDGE_ARROW = "->"

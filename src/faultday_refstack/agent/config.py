@@ -20,10 +20,11 @@ from pydantic import (
     model_validator,
 )
 
-from faultday_refstack.errors import ConfigError, Problem
+from faultday_refstack.errors import ConfigError
 from faultday_refstack.yamlfile import parse_file, validation_problems
 from faultday_wire.llm import Models
 from faultday_wire.policy import Policy, contradictions
+from faultday_wire.problems import Problem
 
 # What one task may carry, so that no request occupies the stack for long: each step is
 # a tool call (bounded by timeouts.tool_call) and a checkpoint that rewrites the whole task.
