@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import http.server
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -201,3 +204,39 @@ def test_real_vllm_loss_is_sigkill_of_engine_core_and_revert_restarts(
     assert ctx.restarts == ["llm"]
     inj.revert(ctx, revert)  # the new EngineCore is up: no second restart
     assert ctx.restarts == ["llm"]
+
+
+def test_a_404_that_is_not_the_simulators_is_a_failed_revert(
+    start_sim: Callable[..., Sim], tmp_path: Path
+) -> None:
+    """Only the simulator's own 'no fault with id' clears a revert: a 404 from whatever else
+    answers at the admin address (a wrong path, a proxy in front) says nothing of the fault."""
+
+    class NotHere(http.server.BaseHTTPRequestHandler):
+        def do_DELETE(self) -> None:
+            self.send_response(404)
+            self.send_header("content-type", "text/plain")
+            self.end_headers()
+            self.wfile.write(b"404 page not found")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    sim = start_sim()
+    target = sim_target(sim)
+    ctx = Ctx(tmp_path, {"llm-primary": target}, lambda _: target)
+    inj, revert = cycle("gpu_throttle", ctx, target, {"factor": 4})
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotHere)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        admin = f"http://127.0.0.1:{other.server_port}"
+        elsewhere = dataclasses.replace(revert, data={**revert.data, "admin": admin})
+        with pytest.raises(FaultdayError, match="answered 404"):
+            inj.revert(ctx, elsewhere)
+    finally:
+        other.shutdown()
+        other.server_close()
+    assert [f["kind"] for f in httpx.get(f"{sim.url}/admin/faults", timeout=5).json()["faults"]]
+    inj.revert(ctx, revert)  # the simulator's own answer: cleared, and again idempotent
+    inj.revert(ctx, revert)
+    assert httpx.get(f"{sim.url}/admin/faults", timeout=5).json()["faults"] == []

@@ -100,12 +100,23 @@ def _delete_fault(base: str, fault_id: str, target: str) -> None:
         return
     except httpx.HTTPError as exc:
         raise RevertError(f"{target}: could not clear fault {fault_id}: {exc}") from exc
-    if resp.status_code == 404:
-        # Idempotent revert: never injected, cleared already, or gone with a restart.
+    if resp.status_code == 404 and _no_such_fault(resp):
+        # Idempotent revert: never injected, cleared already, or gone with a restart. Only
+        # the simulator's own answer counts: a 404 from a wrong path or a proxy in front
+        # says nothing of the fault, and taking it as cleared would leave the fault on.
         log.info("%s: fault %s is not active; nothing to clear", target, fault_id)
         return
     if resp.status_code != 200:
         raise RevertError(f"{target}: clearing fault {fault_id} answered {resp.status_code}")
+
+
+def _no_such_fault(resp: httpx.Response) -> bool:
+    """The simulator's 404 for a fault id it does not hold (its admin API's error shape)."""
+    try:
+        error = resp.json().get("error")
+    except ValueError:
+        return False
+    return isinstance(error, dict) and error.get("type") == "NotFoundError"
 
 
 def _engine_state(base: str) -> str | None:
