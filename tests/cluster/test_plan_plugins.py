@@ -15,6 +15,7 @@ from tests.conftest import faultday
 from conftest import REPO
 from faultday.cluster.plan import kubernetes_injectors
 from faultday.core.exits import ExitCode
+from faultday.injectors.base import injector_registry
 
 PLUGIN = '''\
 """Throwaway faults for the plan's tests."""
@@ -116,6 +117,10 @@ def test_kubernetes_faults_are_those_that_declare_the_driver(site: Path) -> None
     assert {"pod_delete", "node_gpu_loss", "chaos_mesh"} <= found  # the built-in ones
     assert "local_only_example" not in found
     assert not {"latency", "process_kill", "container_kill"} & found
+    registry = injector_registry()
+    for name in ("container_kill", "container_pause", "container_restart", "network_disconnect"):
+        assert registry.get(name).drivers == {"docker"}, name  # they act through docker alone
+    assert registry.get("latency").drivers is None  # a proxy fault works on any driver
 
 
 def test_cli_plan_lists_a_plugin_faults_objects(site: Path, tmp_path: Path) -> None:

@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 _POLL = 0.25  # seconds between looks at a container's state
 
 
+DOCKER = frozenset({DockerStack.driver})
+
+
 class ContainerData(RevertData):
     """The container a fault acts on, and how to reach its engine after a crash."""
 
@@ -134,6 +137,8 @@ def _ensure_running(d: ContainerData, *, answers: Callable[[], bool] | None = No
 class _RunningAgain(Injector[KillParams, ContainerData]):
     """A fault after which the container must run again: the revert starts it if it is not."""
 
+    drivers = DOCKER
+
     Params = KillParams
     Data = ContainerData
 
@@ -169,6 +174,8 @@ class ContainerKill(_RunningAgain):
 
 class ContainerPause(Injector[NoParams, ContainerData]):
     """Freeze a component's container (cgroup freezer) for the window; unpause after."""
+
+    drivers = DOCKER
 
     name: ClassVar[str] = "container_pause"
     summary: ClassVar[str] = "freeze a component's container (docker pause), then unpause"
@@ -209,6 +216,8 @@ class ContainerRestart(_RunningAgain):
 
 class NetworkDisconnect(Injector[NoParams, NetworkData]):
     """Take a component's container off the stack's network; reconnect with its aliases."""
+
+    drivers = DOCKER
 
     name: ClassVar[str] = "network_disconnect"
     summary: ClassVar[str] = "disconnect a container from the stack network; reconnect after"
