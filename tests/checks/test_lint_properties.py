@@ -5,7 +5,8 @@ replaced by a random string, a huge, negative or non-finite number, a yes/no, a 
 a mapping; an unknown key added; a key removed. The lint is run in-process as the
 command runs it. Whatever it is given, it either finds what it finds (exit 0 or 1, each
 finding at a place in the file) or refuses the file with every problem located (exit 2);
-anything else, or a case that takes more than a second, fails.
+anything else, or a case that takes more than a second, fails. It refuses exactly when the
+agent's own policy model refuses: a value the agent would not run with is never skipped.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from types import FrameType
 import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 from tests.conftest import ROOT
 
 from faultday.checks.lint import Severity, lint_file
 from faultday.core.exits import ExitCode
 from faultday.errors import ScenarioError
+from faultday_wire.policy import Policy
 
 BASE = yaml.safe_load((ROOT / "stack" / "agent.yaml").read_text())
 BUDGET_S = 1.0  # one lint of this file takes ~5 ms; a second is a hang
@@ -118,3 +121,17 @@ def test_a_mutated_policy_gets_a_located_answer(tmp_path: Path, case: tuple[str,
     assert all(1 <= line <= lines and col >= 1 for line, col in places), (what, places)
     if code == ExitCode.INVALID:
         assert places, f"{what}: a refusal names at least one problem"
+    # The oracle is the agent's own model: what it refuses the lint refuses (never skips),
+    # and what it takes the lint judges.
+    assert (code == ExitCode.INVALID) == _agent_refuses(data["policies"]), (what, code)
+
+
+def _agent_refuses(policies: object) -> bool:
+    if not isinstance(policies, dict) or not policies:
+        return True
+    try:
+        for value in policies.values():
+            Policy.model_validate(value)
+    except ValidationError:
+        return True
+    return False
