@@ -230,7 +230,7 @@ def gameday(
             preflight=not skip_preflight,
         )
     pre = gd.preflight
-    if pre is not None and pre.verdict not in ("passed", "skipped"):
+    if pre is not None and not pre.verdict.lets_the_game_day_start:
         for line in pre.problems:
             console.print(f"  [red]✗[/] preflight {escape(line)}", soft_wrap=True)
         console.print(

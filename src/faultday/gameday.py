@@ -23,6 +23,7 @@ from faultday.core.events import (
 )
 from faultday.core.journal import Journal, RunVerdict
 from faultday.core.profile import load_profile
+from faultday.core.vocab import PreflightVerdict
 from faultday.errors import ScenarioError, UsageError
 from faultday.preflight.runner import PreflightOptions, run_preflight
 from faultday.report.gameday import (
@@ -139,7 +140,7 @@ def run_gameday(
             firing.events.preflight_done,
             PreflightDone(pre.verdict, pre.reason, tuple(pre.problems)),
         )
-        if gd.preflight.verdict not in ("passed", "skipped"):
+        if not gd.preflight.verdict.lets_the_game_day_start:
             gd.stack_notes.append("preflight did not pass: no scenario was started")
             suite = []
         for i, loaded in enumerate(suite):
@@ -199,9 +200,9 @@ def _preflight(
 ) -> GameDayPreflight:
     """Preflight the first scenario's stack: the pool's (then reused by the scenario) or its own."""
     if not enabled:
-        return GameDayPreflight(verdict="skipped", reason="--skip-preflight")
+        return GameDayPreflight(verdict=PreflightVerdict.SKIPPED, reason="--skip-preflight")
     if not suite:
-        return GameDayPreflight(verdict="passed", reason="no scenario to run")
+        return GameDayPreflight(verdict=PreflightVerdict.PASSED, reason="no scenario to run")
     first = suite[0]
     spec = first.scenario.spec
     options = PreflightOptions(
@@ -217,7 +218,9 @@ def _preflight(
         stack = pool.get(first) if pool is not None else None
     except Exception as exc:  # a stack that does not start fails the preflight
         log.exception("the stack for the preflight did not come up")
-        return GameDayPreflight(verdict="error", reason=f"the stack did not come up: {exc}")
+        return GameDayPreflight(
+            verdict=PreflightVerdict.ERROR, reason=f"the stack did not come up: {exc}"
+        )
     outcome = run_preflight(options, stack=stack, folder=where.resolve())
     problems = [
         f"{c.window}: {c.label} — expected {c.expected}, observed {c.observed}"
@@ -225,7 +228,7 @@ def _preflight(
         for c in outcome.problems()
     ]
     return GameDayPreflight(
-        verdict=str(outcome.journal.verdict),
+        verdict=PreflightVerdict(outcome.journal.verdict),
         reason=outcome.journal.reason,
         run_dir=PREFLIGHT_DIR,
         problems=problems[:MAX_PROBLEMS],

@@ -38,7 +38,7 @@ from typing import Generic, TypeVar
 from pydantic import JsonValue
 
 from faultday.core.journal import Journal
-from faultday.core.vocab import Phase, RunVerdict, Section, Verdict
+from faultday.core.vocab import Phase, PreflightVerdict, RunVerdict, Section, Verdict
 
 __all__ = [
     "HOOKS",
@@ -82,7 +82,7 @@ class PreflightStarted:
 class PreflightDone:
     """The game day's preflight ended; also fired when skipped (verdict ``skipped``)."""
 
-    verdict: str  # passed, failed, error, skipped
+    verdict: PreflightVerdict
     reason: str
     problems: tuple[str, ...] = ()
 

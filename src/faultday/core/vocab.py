@@ -64,6 +64,20 @@ class RunVerdict(StrEnum):
     ERROR = "error"
 
 
+class PreflightVerdict(StrEnum):
+    """The game day's preflight: a run's verdict, or skipped (``--skip-preflight``)."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    ABORTED = "aborted"
+    ERROR = "error"
+    SKIPPED = "skipped"
+
+    @property
+    def lets_the_game_day_start(self) -> bool:
+        return self in (PreflightVerdict.PASSED, PreflightVerdict.SKIPPED)
+
+
 class Section(StrEnum):
     """Where in a scenario a check was declared (``journal.checks[].section``)."""
 

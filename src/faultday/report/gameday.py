@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from faultday.core.journal import Journal, RunVerdict
-from faultday.core.vocab import WindowKind
+from faultday.core.vocab import PreflightVerdict, WindowKind
 from faultday.errors import FaultdayError, ScenarioError, UsageError
 from faultday.report import energy as en
 from faultday.report import runbooks as rb
@@ -130,7 +130,7 @@ class GameDayScenario(_M):
 class GameDayPreflight(_M):
     """The preflight the game day ran first (``faultday preflight``), or that it was skipped."""
 
-    verdict: str = Field(description="passed, failed, error, aborted, or skipped")
+    verdict: PreflightVerdict = Field(description="passed, failed, error, aborted, or skipped")
     reason: str = ""
     run_dir: str = Field(default="", description="relative to the game-day folder")
     problems: list[str] = Field(default_factory=list, description="each failed check, with where")
@@ -252,7 +252,7 @@ def overall(gd: GameDay) -> None:
     gd.verdict = max(
         (s.verdict for s in gd.scenarios), key=lambda v: VERDICT_RANK[v], default=RunVerdict.PASSED
     )
-    if gd.preflight is not None and gd.preflight.verdict not in ("passed", "skipped"):
+    if gd.preflight is not None and not gd.preflight.verdict.lets_the_game_day_start:
         # The game day refused to start: no scenario ran on a stack that was never validated.
         pre = RunVerdict(gd.preflight.verdict)
         gd.verdict = max(gd.verdict, pre, key=lambda v: VERDICT_RANK[v])
