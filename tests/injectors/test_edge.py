@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -55,24 +54,6 @@ OLD_SHAPES: dict[str, tuple[str, str, dict[str, JsonValue], bool]] = {
 }
 
 
-@pytest.fixture
-def proxy() -> Iterator[ProxyServer]:
-    server = ProxyServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def echo() -> Iterator[EchoServer]:
-    server = EchoServer()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
 def _fill(data: dict[str, JsonValue], *, api: str, proxy: str) -> dict[str, JsonValue]:
     hostport = api.split("://", 1)[1]
     return {
@@ -109,9 +90,10 @@ def test_old_revert_data_reads_back(shape: str) -> None:
 
 @pytest.mark.parametrize("shape", sorted(OLD_SHAPES))
 def test_recover_a_ledger_written_in_an_old_shape(
-    shape: str, tmp_path: Path, proxy: ProxyServer, echo: EchoServer
+    shape: str, tmp_path: Path, inproc: ProxyServer, echo: EchoServer
 ) -> None:
     injector, action, raw, toxic = OLD_SHAPES[shape]
+    proxy = inproc
     with ToxiproxyClient(proxy.api_url) as api:
         port = api.create_proxy("edge", upstream=echo.addr).port
         # The fault as the crashed harness left it: a toxic that holds every byte, or the edge off.
