@@ -61,6 +61,9 @@ class Server:
     start_s: float = 0.0
     tree: list[psutil.Process] = field(default_factory=list)
     tmp: Path | None = None  # its TMPDIR, removed by stop()
+    # Every psm_*/sem.mp-* its processes were seen to map (when healthy, before stop):
+    # removed by stop() once unmapped, like the stack's supervisor does on stack down.
+    segments: set[str] = field(default_factory=set)
 
     @property
     def pid(self) -> int:
@@ -85,11 +88,22 @@ class Server:
         return total
 
     def remember_tree(self) -> None:
-        """Note the current descendants so they can be killed even after re-parenting."""
+        """Note the current descendants, so they can be killed even after re-parenting, and
+        the shared memory they map, so it can be removed even after they die unannounced."""
         with contextlib.suppress(psutil.NoSuchProcess):
             for proc in psutil.Process(self.pid).children(recursive=True):
                 if proc.pid not in {p.pid for p in self.tree}:
                     self.tree.append(proc)
+        self.segments |= shm.held_segments([self.pid, *(p.pid for p in alive(self.tree))])
+        SEEN_SEGMENTS.update(self.segments)
+
+
+# Every segment a server of this suite was seen to map. The suite's leak check judges
+# these and only these: another suite's segments on the same machine are not its own.
+SEEN_SEGMENTS: set[str] = set()
+# The segments a server's own processes left behind (unmapped before stop() killed them:
+# vLLM's engine died, by a fault, without unlinking its message queues). stop() removes them.
+LEFT_BY_SERVERS: list[str] = []
 
 
 def _wait_healthy(server: Server, timeout: float) -> None:
@@ -166,12 +180,15 @@ def stop(server: Server) -> None:
     The SIGKILL takes Python's resource tracker down with the group, so the
     shared memory vLLM's processes map (message queues, semaphores) is noted
     first, with the group frozen so that none appears after the look, and
-    removed once no live process maps it.
+    removed once no live process maps it -- with what was noted when the server
+    became healthy: an engine killed by a fault may have left its own behind
+    already (seen under load), which the stack's supervisor removes the same way.
     """
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(server.pid, signal.SIGSTOP)  # start_new_session: group id = pid
+    LEFT_BY_SERVERS.extend(sorted(shm.orphaned(server.segments)))
     server.remember_tree()
-    segments = shm.held_segments([server.pid, *(p.pid for p in server.tree)])
+    segments = set(server.segments)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(server.pid, signal.SIGKILL)
     for proc in server.tree:
