@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 import subprocess
 import sys
@@ -13,7 +14,15 @@ import pytest
 from faultday.core.components import component_type
 from faultday.core.profile import RestartPolicy, load_profile
 from faultday.errors import StackError
-from faultday.stack.vllm_launcher import VLLM_MODULE, ensure_tiny_model, vllm_python
+from faultday.stack.vllm_launcher import (
+    OTLP_ENDPOINT_ENV,
+    OTLP_PROTOCOL_ENV,
+    VLLM_MODULE,
+    ensure_tiny_model,
+    tracing_env,
+    vllm_argv,
+    vllm_python,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -94,6 +103,29 @@ def test_launcher_builds_then_execs_vllm_under_the_same_pid(
     )
     assert "built the tiny model" in err
     assert count.read_text().splitlines() == ["built"]
+
+
+def test_a_collector_in_the_environment_turns_vllms_own_tracing_on(
+    fake_python: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """vLLM reads no OTEL_* variable to start tracing, and exports gRPC by default."""
+    python, _ = fake_python
+    endpoint = "http://127.0.0.1:9/v1/traces"
+    cmd = [sys.executable, "-m", "faultday.stack.vllm_launcher", "--vllm-python", str(python),
+           "--port", "8123"]  # fmt: skip
+    env = {**os.environ, OTLP_ENDPOINT_ENV: endpoint}
+    env.pop(OTLP_PROTOCOL_ENV, None)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith(f"--port 8123 --otlp-traces-endpoint {endpoint}")
+    # The protocol: http/protobuf unless the profile chose one; nothing without a collector.
+    assert tracing_env({OTLP_ENDPOINT_ENV: endpoint}) == {OTLP_PROTOCOL_ENV: "http/protobuf"}
+    assert tracing_env({OTLP_ENDPOINT_ENV: endpoint, OTLP_PROTOCOL_ENV: "grpc"}) == {}
+    assert tracing_env({}) == {}
+    # A flag given in the profile wins; no second one is added.
+    mine = ["--otlp-traces-endpoint=http://elsewhere/v1/traces"]
+    assert vllm_argv(python, mine, {OTLP_ENDPOINT_ENV: endpoint})[3:] == mine
+    assert vllm_argv(python, [], {})[3:] == []
 
 
 def test_tiny_model_flag_needs_a_model_folder(fake_python: tuple[Path, Path]) -> None:

@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from faultday.errors import StackError
@@ -38,6 +39,11 @@ from faultday.stack.tinymodel import BUILD_TIMEOUT_S, real_venv_python
 log = logging.getLogger(__name__)
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+# The stack gives every component the collector's address in the standard variables
+# (docs/traces.md); vLLM turns its own tracing on only by its flag.
+OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+OTLP_PROTOCOL_ENV = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+OTLP_FLAG = "--otlp-traces-endpoint"
 LOCK_POLL_S = 0.2
 # `python -m` puts the working directory first on sys.path, and the supervisor
 # runs components in the run folder, where the triton component's work folder
@@ -123,8 +129,20 @@ def ensure_tiny_model(folder: Path, python: Path, *, timeout: float = BUILD_TIME
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def vllm_argv(python: Path, args: list[str]) -> list[str]:
+def vllm_argv(python: Path, args: list[str], env: Mapping[str, str] | None = None) -> list[str]:
+    """The command line; with a trace collector in ``env``, vLLM's own tracing turned on."""
+    endpoint = (env or {}).get(OTLP_ENDPOINT_ENV, "")
+    if endpoint and not any(a.split("=", 1)[0] == OTLP_FLAG for a in args):
+        # vLLM reads no OTEL_* variable to start tracing: only this flag does.
+        args = [*args, OTLP_FLAG, endpoint]
     return [str(python), "-m", VLLM_MODULE, *args]
+
+
+def tracing_env(env: Mapping[str, str]) -> dict[str, str]:
+    """vLLM exports over gRPC unless told otherwise; faultday's collector speaks OTLP/HTTP."""
+    if env.get(OTLP_ENDPOINT_ENV) and not env.get(OTLP_PROTOCOL_ENV):
+        return {OTLP_PROTOCOL_ENV: "http/protobuf"}
+    return {}
 
 
 def _model_arg(args: list[str]) -> str:
@@ -160,11 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     except StackError as exc:
         log.error("%s", exc)  # noqa: TRY400 - the message is the whole story
         return 2
-    cmd = vllm_argv(python, rest)
+    cmd = vllm_argv(python, rest, os.environ)
     log.info("exec %s", " ".join(cmd))
     sys.stdout.flush()
     sys.stderr.flush()
-    env = {**os.environ, **SAFE_PATH_ENV}
+    env = {**os.environ, **SAFE_PATH_ENV, **tracing_env(os.environ)}
     os.execve(cmd[0], cmd, env)  # noqa: S606 - replaces this process; same PID for the supervisor
     return 0  # not reached
 
