@@ -47,7 +47,8 @@ class Span:
     kind: SpanKind = SpanKind.INTERNAL
     status: SpanStatus = SpanStatus.UNSET
     status_message: str = ""
-    attributes: Mapping[str, AttrValue] = field(default=_EMPTY)
+    # A factory: a mappingproxy is not hashable, so dataclasses refuses it as a plain default.
+    attributes: Mapping[str, AttrValue] = field(default_factory=lambda: _EMPTY)
 
     @property
     def duration_s(self) -> float:
