@@ -44,7 +44,8 @@ class HopStats(_M):
     """One hop (service and span name) over one window's traced requests."""
 
     hop: str = Field(
-        description="service/span name; an llm_request split into …/queue, …/prefill, …/decode"
+        description="service/span name; a vLLM llm_request is split into the pseudo-hops"
+        " service/llm_request queue, …/llm_request prefill, …/llm_request decode"
     )
     service: str
     span: str
