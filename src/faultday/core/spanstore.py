@@ -84,7 +84,7 @@ class SpanStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
-        except sqlite3.Error as exc:
+        except (OSError, sqlite3.Error) as exc:
             raise SpanStoreError(f"{path}: cannot open the span store: {exc}") from exc
 
     def close(self) -> None:
