@@ -21,6 +21,7 @@ __all__ = [
     "TRACES_NAME",
     "TRACES_VERSION",
     "Exemplar",
+    "ExemplarKind",
     "HopStats",
     "Mover",
     "TopHop",
@@ -34,6 +35,9 @@ __all__ = [
 TRACES_NAME = "traces.json"  # in the run folder; journal.artifacts["traces"] = TRACES_NAME
 SPANS_DB_NAME = "traces.db"  # the run's spans (SQLite)
 TRACES_VERSION = 1
+
+# The exemplar requests a summary quotes, with their trace's waterfall.
+ExemplarKind = Literal["slowest_ok", "failed", "degraded"]
 
 
 class _M(BaseModel):
@@ -109,7 +113,7 @@ class WaterfallSpan(_M):
 
 
 class Exemplar(_M):
-    kind: Literal["slowest_ok", "failed", "degraded"]
+    kind: ExemplarKind
     trace_id: str
     window: str
     t: float = Field(description="run seconds the request started")
