@@ -22,6 +22,7 @@ from faultday.proxy import ProxyServer, native
 from faultday.proxy.client import ToxiproxyClient
 
 MIB = 1 << 20
+SMALL_BUF = 64 << 10  # bytes: fixed socket buffers where a test needs bytes to back up
 
 
 def _recv_exactly(s: socket.socket, n: int) -> bytes:
@@ -132,11 +133,19 @@ def test_toxic_added_mid_connection_acts_then_goes(
 
 
 def test_bytes_in_flight_survive_the_takeover(server: ProxyServer, api: ToxiproxyClient) -> None:
-    """A toxic added while bytes sit in the relay's pipe: they arrive, in order, through it."""
-    lsock = socket.create_server(("127.0.0.1", 0))
+    """A toxic added while bytes sit in the relay's pipe: they arrive, in order, through it.
+
+    The two outer sockets get small fixed buffers: autotuned loopback buffers (up to
+    4 MiB to send, 6 MiB to receive, each) could otherwise take in nearly the whole
+    payload, and whether anything backed up in the relay depended on the machine's load.
+    """
+    lsock = socket.socket()
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_BUF)  # accepted sockets inherit it
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen()
     start_reading = threading.Event()
     received: list[bytes] = []
-    size = 24 * MIB
+    size = 64 * MIB  # beyond every buffer on the way (relay inbox 4 MiB, its sockets autotuned)
 
     def upstream() -> None:
         conn, _ = lsock.accept()
@@ -148,7 +157,10 @@ def test_bytes_in_flight_survive_the_takeover(server: ProxyServer, api: Toxiprox
     t.start()
     port = api.create_proxy("fill", upstream=f"127.0.0.1:{lsock.getsockname()[1]}").port
     payload = os.urandom(size)
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SMALL_BUF)
+        s.settimeout(10)
+        s.connect(("127.0.0.1", port))
         s.setblocking(False)
         sent = 0
         stalled_at = time.monotonic() + 1.0
