@@ -724,7 +724,13 @@ class ApiHandler:
         """Create (and start, when enabled) one proxy; ApiError 409 when the name is taken."""
         if spec.name in self.server.proxies:
             raise ApiError(409, "proxy already exists")
-        proxy = Proxy(self.server.loop, spec, self.server.relay, self.server.native_id())
+        proxy = Proxy(
+            self.server.loop,
+            spec,
+            self.server.relay,
+            self.server.native_id(),
+            tracing=self.server.tracing,
+        )
         if spec.enabled:
             await proxy.start()
         self.server.proxies[spec.name] = proxy
@@ -830,7 +836,13 @@ class ApiHandler:
             if step.reuse:
                 sock = step.existing.take_listener()
             step.existing.stop()
-        proxy = Proxy(self.server.loop, step.spec, self.server.relay, self.server.native_id())
+        proxy = Proxy(
+            self.server.loop,
+            step.spec,
+            self.server.relay,
+            self.server.native_id(),
+            tracing=self.server.tracing,
+        )
         if step.spec.enabled:
             await proxy.start(sock)
         self.server.proxies[step.spec.name] = proxy

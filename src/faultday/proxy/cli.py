@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +14,7 @@ from pydantic import TypeAdapter, ValidationError
 from faultday.errors import UsageError
 from faultday.proxy.models import ProxySpec
 from faultday.proxy.server import ProxyServer
+from faultday.proxy.tracing import TraceSettings
 from faultday_wire.webguard import allowed_hosts_from_env
 
 app = typer.Typer(help="faultday's Toxiproxy-compatible fault proxy.", no_args_is_help=True)
@@ -39,11 +41,19 @@ def serve_forever(*, host: str, port: int, config: Path | None, log_level: str) 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    settings = TraceSettings.from_env(os.environ)
+    tracing = None
+    if settings is not None:
+        # OpenTelemetry's SDK and exporter load only when tracing is on (start-up time).
+        from faultday.proxy.otlp import ProxyTracing  # noqa: PLC0415
+
+        tracing = ProxyTracing.from_settings(settings)
     server = ProxyServer(
         host=host,
         port=port,
         proxies=load_config(config) if config else (),
         allowed_hosts=allowed_hosts_from_env(),
+        tracing=tracing,
     )
 
     def ready(srv: ProxyServer) -> None:

@@ -56,6 +56,14 @@ from faultday.proxy.toxics import (
     relays_natively,
     slice_sizes,
 )
+from faultday.proxy.tracing import (
+    CLIENT_CLOSED,
+    CONNECTION_CLOSED,
+    NOT_HTTP,
+    UPSTREAM_CLOSED,
+    RequestSpan,
+    ToxicView,
+)
 
 if TYPE_CHECKING:
     from faultday.proxy.native import DirectionState, Released
@@ -165,6 +173,9 @@ class Connection:
         # HTTP: what answers each forwarded/refused request, in order; None = the
         # upstream server, bytes = a response the proxy writes itself.
         self.expect: deque[bytes | None] = deque()
+        # Traced requests whose response has not ended, in order (as ``expect``).
+        self.tracing = proxy.tracing
+        self.spans: deque[RequestSpan] = deque()
 
     def start(self) -> None:
         if self.go_native(None):
@@ -264,10 +275,53 @@ class Connection:
         if self.up.mode is Mode.DONE and self.down.mode is Mode.DONE:
             self.close()
 
-    def close(self, *, reset: bool = False) -> None:
+    def toxic_views(self) -> tuple[ToxicView, ...]:
+        """The toxics in force on this connection's next request, as its span shows them."""
+        toxics = self.proxy.toxics
+        if not toxics:
+            return ()
+        now = time.monotonic()
+        http = self.kind is Kind.HTTP
+        return tuple(
+            t.view()
+            for t in toxics
+            if (applies(t, Stream.UPSTREAM, http=http) or applies(t, Stream.DOWNSTREAM, http=http))
+            and self.link(t).live
+            and t.within_limits(now)
+        )
+
+    def end_span(self, span: RequestSpan) -> None:
+        tracing = self.tracing
+        assert tracing is not None
+        tracing.end(span, name=self.proxy.span_name, edge=self.proxy.span_edge)
+
+    def fail_spans(self, why: str) -> None:
+        """End every traced request still waiting for (the rest of) its response."""
+        for direction in (self.up, self.down):
+            self.spans.extendleft(reversed(direction.ending))  # their last write never happened
+            direction.ending.clear()
+            direction.emit_span = None
+            direction.final = False
+        while self.spans:
+            span = self.spans.popleft()
+            span.error = span.error or why
+            self.end_span(span)
+
+    def close(self, *, reset: bool = False, why: str = "") -> None:
+        """Close both sides; ``why``: what closed it (a toxic's type), for the spans it cuts."""
         if self.closed:
             return
         self.closed = True
+        if self.spans:
+            if not why:
+                why = (
+                    UPSTREAM_CLOSED
+                    if self.down.eof
+                    else CLIENT_CLOSED
+                    if self.up.eof
+                    else CONNECTION_CLOSED
+                )
+            self.fail_spans(why)
         for direction in (self.up, self.down):
             direction.stop()
         for sock in (self.client, self.upstream):
@@ -307,6 +361,12 @@ class Direction:
         # between (a head and its body were two writes); flushed before any hold.
         self.coalesce = False
         self.out = bytearray()
+        # Tracing only: the request being read (upstream), the response being relayed
+        # (downstream) and whether its final head came, spans whose end awaits a flush.
+        self.req_span: RequestSpan | None = None
+        self.emit_span: RequestSpan | None = None
+        self.final = False
+        self.ending: list[RequestSpan] = []
 
     # ---- lifecycle -----------------------------------------------------------------
     def start(self) -> None:
@@ -603,13 +663,15 @@ class Direction:
 
     def _timer_fired(self, link: Link) -> None:
         self.counters.acted(link.toxic.type)
-        self.conn.close(reset=link.toxic.type == "reset_peer")
+        self.conn.close(reset=link.toxic.type == "reset_peer", why=link.toxic.type)
         raise ConnectionGone
 
     async def _at_eof(self, chain: list[Link]) -> None:
         if self.framer is not None:
             for event in self.framer.eof():
                 await self._http_event(time.monotonic(), event)
+            if self.conn.spans and self.stream is Stream.DOWNSTREAM:
+                self.conn.fail_spans(UPSTREAM_CLOSED)  # no (whole) response will come
         for link in chain:
             if isinstance(link.toxic.attrs, SlowCloseAttrs) and link.live:
                 deadline = time.monotonic() + link.toxic.attrs.delay / 1000.0
@@ -632,6 +694,8 @@ class Direction:
             events = framer.feed(data)
         except http1.HttpProtocolError as exc:
             log.info("%s: not HTTP any more (%s); relaying raw", self.conn.proxy.name, exc)
+            if self.conn.spans and self.stream is Stream.DOWNSTREAM:
+                self.conn.fail_spans(NOT_HTTP)
             await self._emit(ts, framer.fail())
             return
         self.coalesce = True
@@ -641,6 +705,10 @@ class Direction:
         finally:
             self.coalesce = False
         await self._flush_out()
+        if self.ending:
+            for span in self.ending:
+                self.conn.end_span(span)
+            self.ending.clear()
 
     async def _flush_out(self) -> None:
         if self.out:
@@ -660,6 +728,10 @@ class Direction:
             self.counters.http_requests += 1
             await self._request_head(ts, event)
         elif isinstance(event, http1.Body | http1.End):
+            if self.req_span is not None:
+                self.req_span.request_bytes += len(http1.encode(event))
+                if isinstance(event, http1.End):
+                    self.req_span = None
             if self.dropping:
                 if isinstance(event, http1.End):
                     self.dropping = False
@@ -669,7 +741,25 @@ class Direction:
         else:
             await self._emit(ts, event.data)
 
+    def _begin_span(self, ts: float, head: http1.Head) -> RequestSpan:
+        conn = self.conn
+        tracing = conn.tracing
+        assert tracing is not None
+        span = tracing.begin(
+            ts=ts,
+            traceparent=head.header("traceparent"),
+            tracestate=head.header("tracestate"),
+            method=head.method,
+            target=head.target,
+            toxics=conn.toxic_views(),
+        )
+        span.request_bytes = len(head.raw)
+        conn.spans.append(span)  # in request order, as ``expect`` will be
+        self.req_span = span
+        return span
+
     async def _request_head(self, ts: float, head: http1.Head) -> None:
+        span = self._begin_span(ts, head) if self.conn.tracing is not None else None
         now = time.monotonic()
         for link in self.conn.chain(self.stream):
             toxic = link.toxic
@@ -679,6 +769,9 @@ class Direction:
             if isinstance(attrs, HttpErrorAttrs) and toxic.take(now):
                 self.counters.acted(toxic.type)
                 self.dropping = True
+                if span is not None:
+                    span.injected = True
+                    span.status = attrs.status
                 self.conn.expect.append(
                     http1.error_response(
                         attrs.status,
@@ -716,9 +809,15 @@ class Direction:
             assert response is not None
             self.counters.response(int(response[9:12]))
             await self._write(response)
+            if self.conn.spans:
+                span = self.conn.spans.popleft()
+                span.response_bytes = len(response)
+                self.conn.end_span(span)
 
     async def _response_event(self, ts: float, event: http1.Event) -> None:
         if isinstance(event, http1.Head):
+            if self.conn.spans:
+                self._response_head(event.status)
             if event.status >= 200:
                 self.counters.response(event.status)
                 if self.conn.expect and self.conn.expect[0] is None:
@@ -733,14 +832,36 @@ class Direction:
             else:
                 await self._emit(ts, http1.encode(event))
         elif isinstance(event, http1.End):
-            if self.sse is not None:
-                rest = bytes(self.sse.buf)
-                self.sse = None
-                if rest:
-                    await self._emit(ts, http1.encode(http1.Body(rest, event.chunked)))
-            await self._emit(ts, http1.encode(event))
+            await self._response_end(ts, event)
         else:
             await self._emit(ts, event.data)
+
+    async def _response_end(self, ts: float, event: http1.End) -> None:
+        if self.sse is not None:
+            rest = bytes(self.sse.buf)
+            self.sse = None
+            if rest:
+                await self._emit(ts, http1.encode(http1.Body(rest, event.chunked)))
+        await self._emit(ts, http1.encode(event))
+        if self.emit_span is not None and self.final:
+            self._response_ended()
+
+    def _response_head(self, status: int) -> None:
+        """Tracing: the response to the oldest traced request begins (or an interim one)."""
+        span = self.conn.spans[0]
+        self.emit_span = span
+        if status >= 200 or status == 101:  # 101: what follows is not HTTP
+            span.status = status
+            self.final = True
+
+    def _response_ended(self) -> None:
+        span = self.conn.spans.popleft()
+        self.emit_span = None
+        self.final = False
+        if self.out:
+            self.ending.append(span)  # its last bytes leave with this read's write
+        else:
+            self.conn.end_span(span)
 
     def _sse_for(self, head: http1.Head) -> _SseState | None:
         if not head.is_sse or head.status != 200:
@@ -807,9 +928,9 @@ class Direction:
                 self.counters.acted(link.toxic.type)
                 await self._flush_out()  # the events before the cut arrive
                 if attrs.mode == "close":
-                    self._finish_now()
+                    self._finish_now(why=link.toxic.type)
                 else:
-                    self.conn.close(reset=True)
+                    self.conn.close(reset=True, why=link.toxic.type)
                 raise ConnectionGone
             if isinstance(attrs, StreamStallAttrs) and sse.sent == attrs.after_events:
                 if id(link) in sse.stalled:
@@ -824,16 +945,18 @@ class Direction:
                 while link.live and not await self._sleep_until(deadline):
                     pass
 
-    def _finish_now(self) -> None:
+    def _finish_now(self, *, why: str) -> None:
         """A clean cut: FIN to the client, close the upstream side."""
         with contextlib.suppress(OSError):
             self.dst.shutdown(socket.SHUT_WR)
-        self.conn.close()
+        self.conn.close(why=why)
 
     # ---- the TCP toxic chain -----------------------------------------------------------
     async def _emit(self, ts: float, data: bytes) -> None:
         if not data:
             return
+        if self.emit_span is not None:
+            self.emit_span.response_bytes += len(data)
         chain = [lk for lk in self.conn.chain(self.stream) if lk.toxic.is_tcp]
         if not chain and self.coalesce:
             self.out += data
@@ -927,7 +1050,7 @@ class Direction:
             # still queued to the peer (the last ones allowed): drop the input first.
             for sock in (self.conn.client, self.conn.upstream):
                 _discard_input(sock)
-            self.conn.close()
+            self.conn.close(why=link.toxic.type)
             raise ConnectionGone
 
     async def _reset_after(self, link: Link) -> None:

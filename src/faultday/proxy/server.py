@@ -19,7 +19,7 @@ import signal
 import socket
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import JsonValue
 
@@ -30,6 +30,10 @@ from faultday.proxy.models import ProxySpec, split_hostport
 from faultday.proxy.native import KIND_HTTP, Counters, NativeRelay, Released, discard
 from faultday.proxy.relay import Connection, PipePool
 from faultday.proxy.toxics import Toxic
+from faultday.proxy.tracing import EDGE_DISABLED, AttributeValue, edge_attributes
+
+if TYPE_CHECKING:
+    from faultday.proxy.otlp import ProxyTracing
 
 log = logging.getLogger(__name__)
 
@@ -107,13 +111,18 @@ class Proxy:
         spec: ProxySpec,
         relay: NativeRelay | None = None,
         native_id: int = 0,
+        *,
+        tracing: ProxyTracing | None = None,
     ) -> None:
         self.loop = loop
+        self.tracing = tracing  # None: no span, no per-request work for one
         self.relay = relay
         self.native_id = native_id  # this proxy's owner id in the native relay
         self.name = spec.name
         self.upstream = spec.upstream
         self.listen = spec.listen
+        self.span_name = f"proxy {spec.name}"
+        self.span_edge: dict[str, AttributeValue] = edge_attributes(spec.name, spec.upstream)
         self.enabled = False
         self.toxics: list[Toxic] = []
         self.counters = LiveCounters()
@@ -162,11 +171,12 @@ class Proxy:
         for conn_id in list(self.native_conns):
             self.native_closed(conn_id)
         for conn in list(self.connections):
-            conn.close()
+            conn.close(why=EDGE_DISABLED)
         self.pipes.close()
 
     def set_upstream(self, upstream: str) -> None:
         self.upstream = upstream
+        self.span_edge = edge_attributes(self.name, upstream)
         self._addr = None
 
     # ---- connections -------------------------------------------------------------------
@@ -388,8 +398,10 @@ class ProxyServer:
         port: int = 0,
         proxies: tuple[ProxySpec, ...] = (),
         allowed_hosts: tuple[str, ...] = (),
+        tracing: ProxyTracing | None = None,
     ) -> None:
         self.host = host
+        self.tracing = tracing  # spans per relayed HTTP request; flushed when serve() ends
         self.port = port
         self.allowed_hosts = allowed_hosts  # API Host names beyond loopback (webguard)
         self._initial = proxies
@@ -446,6 +458,8 @@ class ProxyServer:
             if self.relay is not None:
                 self.relay.close()
                 self.relay = None
+            if self.tracing is not None:
+                self.tracing.shutdown()  # after the proxies: their last spans ended as they closed
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 2.0)
 

@@ -22,6 +22,7 @@ from faultday.proxy.models import (
     dump_attributes,
 )
 from faultday.proxy.native import Timing
+from faultday.proxy.tracing import ToxicView, describe_toxic
 
 TCP_TYPES = frozenset(
     {"latency", "bandwidth", "slow_close", "timeout", "reset_peer", "slicer", "limit_data", "noop"}
@@ -42,6 +43,14 @@ class Toxic:
         self.active = True
         self.created = time.monotonic()
         self.hits = 0  # requests or streams acted on, for first_n
+        self._view: tuple[BaseModel, ToxicView] | None = None
+
+    def view(self) -> ToxicView:
+        """How a request's span shows this toxic (rebuilt only when its attributes change)."""
+        cached = self._view
+        if cached is None or cached[0] is not self.attrs:
+            cached = self._view = (self.attrs, describe_toxic(self.type, self.stream, self.attrs))
+        return cached[1]
 
     @property
     def is_tcp(self) -> bool:
