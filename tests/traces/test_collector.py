@@ -6,8 +6,10 @@ import gzip
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import psutil
@@ -217,24 +219,48 @@ def _batch(i: int, n: int) -> bytes:
 def test_a_flood_past_the_cap_is_dropped_and_counted_in_bounded_memory(
     start_collector: StartCollector,
 ) -> None:
-    c = start_collector("--max-spans", "5000")
+    c = start_collector("--max-spans", "20000")
     proc = psutil.Process(c.proc.pid)
     rss_start = proc.memory_info().rss
-    peak = rss_start
+    bodies = [_batch(i, 2000) for i in range(48)]  # 96 000 spans, ~0.6 MB a body
     rejected = 0
-    with httpx.Client(timeout=30) as http:
-        for i in range(60):  # 60 × 500 spans = 30 000, six times the cap
-            r = http.post(c.otlp_url, content=_batch(i, 500), headers=PB)
-            assert r.status_code == 200
-            rejected += ExportTraceServiceResponse.FromString(
-                r.content
-            ).partial_success.rejected_spans
-            peak = max(peak, proc.memory_info().rss)
+    busy = 0
+
+    def post(body: bytes) -> httpx.Response:
+        with httpx.Client(timeout=60) as http:
+            return http.post(c.otlp_url, content=body, headers=PB)
+
+    def sample() -> int:  # the collector's peak RSS, every 10 ms until the flood ends
+        top, limit = rss_start, time.monotonic() + 90
+        while not done.wait(0.01) and time.monotonic() < limit:
+            top = max(top, proc.memory_info().rss)
+        return top
+
+    done = threading.Event()
+    # Eight senders at once: more than the collector decodes together, so some get 503.
+    with ThreadPoolExecutor(max_workers=9) as pool:
+        sampler = pool.submit(sample)
+        try:
+            replies = list(pool.map(post, bodies))
+        finally:
+            done.set()
+        peak = sampler.result(timeout=10)
+    for r in replies:
+        assert r.status_code in (200, 503)
+        if r.status_code == 503:
+            busy += 1
+            continue
+        reply = ExportTraceServiceResponse.FromString(r.content)
+        rejected += reply.partial_success.rejected_spans
     stats = c.stats()
-    assert stats["spans_accepted"] == stats["spans_stored"] == 5000
-    assert stats["spans_dropped"] == rejected == 25_000
-    assert read_counters(c.db).dropped == 25_000  # on disk, read by a second process
-    # Measured here: ~60 MB at rest, ~+15 MB while the flood runs. Bound with wide margin.
+    sent = 2000 * (48 - busy)
+    assert stats["spans_accepted"] == stats["spans_stored"] == 20_000
+    assert stats["spans_dropped"] == rejected == sent - 20_000
+    assert stats["rejected_503"] == busy
+    assert read_counters(c.db).dropped == rejected  # on disk, read by a second process
+    # Measured on the 2-core test machine: 36 MiB at rest, a peak 20 MiB above it under this
+    # flood (3 runs). The bound leaves a wide margin and still fails a collector that holds
+    # the whole flood (~30 MB of bodies, several times that once decoded) at once.
     assert peak - rss_start < 100 * 1024 * 1024, (rss_start, peak)
 
 
