@@ -60,6 +60,14 @@ class AnswerSampling(_Model):
     canned: tuple[str, ...] = Field(default=(), description="fallback texts no model wrote")
 
 
+class TracePropagation(_Model):
+    """Whether the load's requests carry a W3C ``traceparent``, and the share sampled
+    (flag 01; the others carry 00). From the scenario's ``traces:`` block."""
+
+    enabled: bool = Field(default=True, description="false: no traceparent header at all")
+    sample: float = Field(default=1.0, ge=0, le=1, description="share of traces sampled")
+
+
 class ShapeSpec(_Model):
     """Users over time. Times are scenario seconds from t=0 (the end of warm-up)."""
 
@@ -93,6 +101,7 @@ class LoadConfig(_Model):
     think_time: float = Field(default=0.0, ge=0, description="real seconds between requests")
     seed: int = 0
     answers: AnswerSampling = Field(default_factory=AnswerSampling)
+    traces: TracePropagation = Field(default_factory=TracePropagation)
 
     @property
     def end_wall(self) -> float:

@@ -102,6 +102,10 @@ class RequestRecord:
     task_id: str = ""  # agent tasks: the id the runtime gave it
     task_state: str = ""  # agent tasks: the last state seen (done, failed, lost, unfinished)
     quality: str = ""  # an AnswerLabel; "" for a request that is no answer (task.submit)
+    # The W3C trace the request started (32 lower-case hex digits; "" when the run sent no
+    # traceparent) and whether it was sampled: a sampled trace's spans join to this outcome.
+    trace_id: str = ""
+    trace_sampled: bool = False
     sample: AnswerSample | None = None  # only in transit: Observations keeps samples apart
 
 

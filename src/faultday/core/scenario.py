@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from enum import StrEnum
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StringConstraints,
+    WithJsonSchema,
+    model_validator,
+)
 
 from faultday.core.types import (
     AS_DURATION,
@@ -33,6 +46,10 @@ MAX_PATH = 4_096  # a stack profile path (PATH_MAX)
 MAX_USERS = 10_000
 MIN_SAMPLE_INTERVAL = "250ms"
 MAX_RUN = "168h"  # a week: a longer soak is a deployment, not a run the harness holds open
+DEFAULT_SPANS = 200_000  # spans a run keeps (traces.max_spans)
+MAX_SPANS = 5_000_000  # at some 500 bytes a span kept, a few GB of traces.db at most
+MAX_FORWARD = 8  # a user's own OTLP/HTTP collectors a run forwards spans to
+MAX_URL = 2_048
 
 Line = Annotated[str, StringConstraints(max_length=MAX_LINE)]
 RunDuration = Annotated[float, at_most(MAX_RUN), AS_DURATION, at_most_schema(MAX_RUN)]
@@ -167,6 +184,134 @@ class LoadSpec(Strict):
     )
 
 
+# An OTLP/HTTP collector's URL: http or https, a host (a DNS name, an IPv4 address or an
+# IPv6 one in brackets), a port 1-65535, a path and query of printable ASCII, no user:password@
+# and no #fragment. Written as one pattern so that the loader and the JSON Schema (what an
+# editor checks) give one verdict; the HTTP client that sends to it does the real parsing.
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_PORT = r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+URL_PATTERN = (
+    rf"^https?://(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\])(?::{_PORT})?"
+    r'(?:/[!"$-~]*)?(?!\n)$'
+)
+_URL = re.compile(URL_PATTERN)
+URL_EXAMPLE = "http://collector.example:4318/v1/traces"
+
+
+def _collector_url(url: str) -> str:
+    """An http(s) URL a run may POST spans to; ValueError saying what is wrong and what is valid."""
+    if _URL.search(url) is None:
+        raise ValueError(
+            f"{_not_a_url(url)}; expected http(s)://host[:port][/path], e.g. {URL_EXAMPLE}"
+        )
+    if "[" in url:  # an IPv6 literal: the pattern only saw hex digits, colons and dots
+        literal = url.split("[", 1)[1].split("]", 1)[0]
+        try:
+            ipaddress.IPv6Address(literal)
+            urlsplit(url)  # the parser the URL's users share agrees
+        except ValueError:
+            raise ValueError(f"[{literal}] is not an IPv6 address; e.g. {URL_EXAMPLE}") from None
+    return url
+
+
+def _not_a_url(url: str) -> str:
+    """What is wrong with a URL the pattern refused: the first rule it breaks."""
+    scheme, sep, rest = url.partition("://")
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    port = re.search(r":([^:\]]*)$", authority)
+    rules = (
+        (not sep, f"{url[:80]!r} is not a URL"),
+        (
+            scheme not in ("http", "https"),
+            f"{scheme[:20]!r} URLs are not supported: spans go over OTLP/HTTP, http or https",
+        ),
+        (
+            any(not "!" <= c <= "~" for c in url),
+            "a URL holds no spaces, control or non-ASCII characters (percent-encode them)",
+        ),
+        (
+            "@" in authority,
+            "no user:password@ in the URL: the scenario, and the run's journal, would show it",
+        ),
+        ("#" in url, "no #fragment in the URL"),
+        (not authority, "the URL names no host"),
+        (
+            port is not None and re.fullmatch(_PORT, port.group(1)) is None,
+            f"the port in {authority[:80]!r} is not a number from 1 to 65535",
+        ),
+    )
+    return next(
+        (why for broken, why in rules if broken),
+        f"{authority[:80]!r} is not a host name, an IPv4 address or an [IPv6] address",
+    )
+
+
+def _a_list(value: object) -> object:
+    if isinstance(value, str):
+        raise ValueError(f"a list of URLs, even for one: forward: [{value[:80]}]")  # noqa: TRY004
+    return value
+
+
+def _distinct(urls: tuple[str, ...]) -> tuple[str, ...]:
+    seen = {u for i, u in enumerate(urls) if u in urls[:i]}
+    if seen:
+        raise ValueError(f"each collector once: {', '.join(sorted(seen))[:200]} is given twice")
+    return urls
+
+
+_URL_SCHEMA: dict[str, JsonValue] = {
+    "type": "string",
+    "pattern": URL_PATTERN,
+    "maxLength": MAX_URL,
+    "description": f"an OTLP/HTTP collector, http or https, e.g. {URL_EXAMPLE}",
+}
+CollectorUrl = Annotated[
+    str,
+    Field(max_length=MAX_URL),
+    AfterValidator(_collector_url),
+    WithJsonSchema(_URL_SCHEMA),
+]
+"""A user's own OTLP/HTTP collector: an http(s) URL without credentials or fragment."""
+
+
+class TracesSpec(Strict):
+    """Distributed traces of the run (docs/scenarios.md, "Traces"): the load starts a W3C
+    trace per request; the harness collects the stack's spans and may forward them."""
+
+    enabled: Bool = Field(
+        default=True, description="false: no traceparent on requests, no spans collected"
+    )
+    sample: Number = Field(
+        default=1.0,
+        ge=0,
+        le=1,
+        description="share of requests whose trace is sampled (flag 01); the rest carry 00",
+    )
+    max_spans: Int = Field(
+        default=DEFAULT_SPANS,
+        ge=1,
+        le=MAX_SPANS,
+        description="the most spans one run keeps",
+    )
+    forward: Annotated[
+        tuple[CollectorUrl, ...],
+        BeforeValidator(_a_list),
+        AfterValidator(_distinct),
+        WithJsonSchema(
+            {
+                "type": "array",
+                "items": _URL_SCHEMA,
+                "maxItems": MAX_FORWARD,
+                "uniqueItems": True,
+            }
+        ),
+    ] = Field(
+        default=(),
+        max_length=MAX_FORWARD,
+        description="your own OTLP/HTTP collectors: every span kept is sent to each as well",
+    )
+
+
 class CheckSpec(Strict):
     """One assertion. ``params`` holds the check's own keys, validated per check."""
 
@@ -239,6 +384,9 @@ class ScenarioSpec(Strict):
     faults: tuple[Fault, ...] = Field(default=(), max_length=MAX_FAULTS)
     expect: tuple[CheckSpec, ...] = Field(default=(), max_length=MAX_CHECKS)
     abort: tuple[CheckSpec, ...] = Field(default=(), max_length=MAX_CHECKS)
+    traces: TracesSpec = Field(
+        default_factory=TracesSpec, description="distributed traces: sampling, cap, forwarding"
+    )
 
 
 class Scenario(Strict):

@@ -38,6 +38,7 @@ from faultday.load.quality import (
     sources_of,
     stream_finished,
 )
+from faultday.load.tracecontext import HEADER, Trace, TraceStarter
 from faultday_wire.answers import ANSWER_HEADER, CANNED, cited
 
 log = logging.getLogger("faultday.load.locustfile")
@@ -57,6 +58,8 @@ TERMINAL = ("done", "failed")
 # Which answers this process quotes (per time slot; the harness keeps the texts).
 RESERVOIR = Reservoir(cap=CONFIG.answers.cap, edges=CONFIG.answers.edges, seed=CONFIG.seed)
 TASK_LABELS = {"done": AnswerLabel.OK, "unfinished": AnswerLabel.TIMEOUT}
+# Each request's W3C trace: random ids (the process' own RNG, never the load mix's seed).
+TRACES = TraceStarter(CONFIG.traces)
 
 
 class Sink:
@@ -218,7 +221,12 @@ class FaultdayUser(FastHttpUser):
         elif workload == Workload.HTTP:
             spec = CONFIG.http
             self._request(
-                f"{spec.method} {spec.path}", spec.method, spec.path, spec.body, stream=spec.stream
+                f"{spec.method} {spec.path}",
+                spec.method,
+                spec.path,
+                spec.body,
+                stream=spec.stream,
+                trace=TRACES.start(),
             )
         else:
             raise StopUser
@@ -226,13 +234,15 @@ class FaultdayUser(FastHttpUser):
     # ---- workloads --------------------------------------------------------------------
     def _chat(self, *, rag: bool) -> None:
         body = {"session_id": self.session_id, "message": self.rng.choice(QUESTIONS), "rag": rag}
-        self._request("rag" if rag else "chat", "POST", "/v1/chat", body, stream=False)
+        name = "rag" if rag else "chat"
+        self._request(name, "POST", "/v1/chat", body, stream=False, trace=TRACES.start())
 
     def _agent_task(self) -> None:
         goal = f"{self.rng.choice(QUESTIONS)} (ref {uuid.uuid4().hex[:8]})"
         body = {"agent": CONFIG.agent, "goal": goal, "idempotency_key": uuid.uuid4().hex}
         submitted = time.time()
-        ev = self._request("task.submit", "POST", "/v1/tasks", body, stream=False)
+        trace = TRACES.start()  # one trace for the task: its submit and its polls
+        ev = self._request("task.submit", "POST", "/v1/tasks", body, stream=False, trace=trace)
         task_id = str(ev.get("tid") or "")
         if not ev["ok"] or not task_id:
             return
@@ -241,7 +251,7 @@ class FaultdayUser(FastHttpUser):
         deadline = min(time.time() + CONFIG.task_timeout, CONFIG.end_wall)
         while time.time() < deadline:
             self._sleep(CONFIG.poll_interval)
-            status, info = self._poll(task_id)
+            status, info = self._poll(task_id, trace)
             last_status = status
             if status == 404:
                 state = "lost"  # accepted, then forgotten: the runtime lost it
@@ -265,13 +275,15 @@ class FaultdayUser(FastHttpUser):
             "m": str(info.get("model") or ""),
             "e": "" if state == "done" else f"task {state}: {str(info.get('error') or '')[:160]}",
         }
+        _traced(out, trace)
         # A task's answer is judged by its outcome: done, unfinished (timeout) or not.
         answer = Answer(status=last_status, text=str(info.get("answer") or ""), error=out["e"])
         self._judge(out, answer, TASK_LABELS.get(state, AnswerLabel.ERROR))
         self._emit(out)
 
-    def _poll(self, task_id: str) -> tuple[int, dict[str, Any]]:
-        resp = self.client.get(f"/v1/tasks/{task_id}", name="task.poll")
+    def _poll(self, task_id: str, trace: Trace | None) -> tuple[int, dict[str, Any]]:
+        headers = {HEADER: trace.header()} if trace is not None else None
+        resp = self.client.get(f"/v1/tasks/{task_id}", name="task.poll", headers=headers)
         status = int(resp.status_code or 0)
         try:
             data = resp.json() if status == 200 else {}
@@ -284,7 +296,7 @@ class FaultdayUser(FastHttpUser):
 
     # ---- one request, measured --------------------------------------------------------
     def _request(
-        self, name: str, method: str, path: str, body: Any, *, stream: bool
+        self, name: str, method: str, path: str, body: Any, *, stream: bool, trace: Trace | None
     ) -> dict[str, Any]:
         wall = time.time()
         start = time.perf_counter()
@@ -292,6 +304,9 @@ class FaultdayUser(FastHttpUser):
         kwargs: dict[str, Any] = {"name": name, "stream": True}
         if body is not None:
             kwargs["json"] = body
+        if trace is not None:
+            kwargs["headers"] = {HEADER: trace.header()}
+            _traced(ev, trace)
         resp = self.client.request(method, path, **kwargs)
         status = int(resp.status_code or 0)
         error = ""
@@ -376,6 +391,13 @@ class FaultdayUser(FastHttpUser):
     def _emit(self, ev: dict[str, Any]) -> None:
         if ev["ts"] < CONFIG.end_wall:
             self.sink.send({k: v for k, v in ev.items() if k != "json"})
+
+
+def _traced(ev: dict[str, Any], trace: Trace | None) -> None:
+    """The trace a record joins to: its id (``tr``) and whether it was sampled (``trs``)."""
+    if trace is not None:
+        ev["tr"] = trace.trace_id
+        ev["trs"] = trace.sampled
 
 
 def _why(status: int, cut: bool) -> str:

@@ -23,10 +23,11 @@ from faultday.core.loadconfig import (
     LoadConfig,
     Shape,
     ShapeSpec,
+    TracePropagation,
     Workload,
 )
 from faultday.core.protocols import RunView, SpecView
-from faultday.core.scenario import LoadSpec
+from faultday.core.scenario import LoadSpec, TracesSpec
 from faultday.core.timebase import TimeBase
 from faultday.core.vocab import EventKind
 from faultday.errors import FaultdayError
@@ -53,6 +54,8 @@ class LoadOptions:
     request_timeout: float = 30.0
     task_timeout: float = 120.0
     log_name: str = "load"
+    # The scenario's traces: block, as the load reads it (propagation_of).
+    traces: TracePropagation = field(default_factory=TracePropagation)
 
 
 def shape_of(spec: LoadSpec) -> ShapeSpec:
@@ -66,6 +69,12 @@ def shape_of(spec: LoadSpec) -> ShapeSpec:
         spike_at=spec.spike_at,
         spike_duration=spec.spike_duration,
     )
+
+
+def propagation_of(spec: TracesSpec) -> TracePropagation:
+    """What the load reads of the scenario's ``traces:``: whether to send a traceparent, and
+    the share sampled (max_spans and forward are the collector's)."""
+    return TracePropagation(enabled=spec.enabled, sample=spec.sample)
 
 
 def split_cap(total: int | None, parts: int) -> list[int | None]:
@@ -127,6 +136,7 @@ def base_config(
             edges=answer_edges(run.scenario.spec),
             canned=spec.answers.canned,
         ),
+        traces=options.traces,
     )
 
 

@@ -220,11 +220,28 @@ def _sample(ev: dict[str, object], t: float, label: str) -> AnswerSample | None:
     )
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
+def _trace_id(value: object) -> str:
+    """A W3C trace id as the locustfile writes it ("" for none, as in older lines)."""
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str) or len(value) != 32 or not _HEX.issuperset(value):
+        raise ValueError(f"a trace id is 32 lower-case hex digits, got {value!r:.60}")
+    if value == "0" * 32:
+        raise ValueError("the all-zero trace id is invalid")
+    return value
+
+
 def to_record(ev: dict[str, object], t: float) -> RequestRecord:
-    """One event line (see locustfile) → a RequestRecord at scenario time ``t``."""
+    """One event line (see locustfile) → a RequestRecord at scenario time ``t``.
+
+    Keys a line may lack (those of older versions: ``tr``, ``trs``…) take their defaults."""
     quality = str(ev.get("q") or "")
     if quality and quality not in _LABELS:
         raise ValueError(f"unknown answer label {quality!r}")
+    trace_id = _trace_id(ev.get("tr"))
     ttft = ev.get("ttft")
     itl = ev.get("itl") or ()
     reasons = ev.get("r") or ()
@@ -244,5 +261,7 @@ def to_record(ev: dict[str, object], t: float) -> RequestRecord:
         task_id=str(ev.get("tid") or ""),
         task_state=str(ev.get("st") or ""),
         quality=quality,
+        trace_id=trace_id,
+        trace_sampled=bool(trace_id) and ev.get("trs") is True,
         sample=_sample(ev, t, quality),
     )
