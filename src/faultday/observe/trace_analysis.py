@@ -258,12 +258,12 @@ def _trace_hops(trace: _Trace, root: Span, *, cap_ns: int) -> dict[_Hop, _Acc]:
     attributed: dict[str, _Hop] = {}
     for s in trace.spans:
         hop = _attribution(trace, s, attributed)
+        a = acc(hop)
         faults = _faults(s.attributes)
         if faults:
-            acc(hop).faults.update(faults)
+            a.faults.update(faults)
         if _is_proxy(s) and hop != (s.service, s.name):
             continue  # transparent: its time goes to the call it relays
-        a = acc(hop)
         a.count += 1
         a.errors += s.status is SpanStatus.ERROR
         a.durations.append(s.duration_s)
@@ -366,7 +366,8 @@ def _llm_phases(span: Span) -> list[tuple[str, int, int]]:
 
 
 def _is_proxy(span: Span) -> bool:
-    return span.service in PROXY_SERVICES or any(a in span.attributes for a in EDGE_ATTRS)
+    attrs = span.attributes
+    return span.service in PROXY_SERVICES or (bool(attrs) and any(a in attrs for a in EDGE_ATTRS))
 
 
 def _attribution(trace: _Trace, span: Span, memo: dict[str, _Hop]) -> _Hop:
@@ -384,6 +385,9 @@ def _attribution(trace: _Trace, span: Span, memo: dict[str, _Hop]) -> _Hop:
             if not _is_proxy(parent):
                 hop = (parent.service, parent.name)
                 break
+            if parent.span_id in memo:  # a chain of proxies is walked once, not once a link
+                hop = memo[parent.span_id]
+                break
             parent = trace.by_id.get(parent.parent_id)
     memo[span.span_id] = hop
     return hop
@@ -392,6 +396,8 @@ def _attribution(trace: _Trace, span: Span, memo: dict[str, _Hop]) -> _Hop:
 def _faults(attrs: Mapping[str, AttrValue]) -> list[str]:
     """The toxics a span names in its ``fault.*`` attributes (the proxy's)."""
     out: list[str] = []
+    if not attrs:
+        return out
     for key, value in attrs.items():
         if not key.startswith(FAULT_PREFIX) or key in EDGE_ATTRS:
             continue
