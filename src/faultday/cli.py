@@ -63,6 +63,7 @@ class SubCommands:
 SUBCOMMANDS = (
     SubCommands("faultday.proxy.cli", ("proxy",), "The Toxiproxy-compatible fault proxy."),
     SubCommands("faultday.cli_stack", ("stack",), "Bring the reference stack up and down."),
+    SubCommands("faultday.observe.traces_cli", ("traces",), "The OTLP/HTTP trace collector."),
     SubCommands("faultday.stack.sim", ("sim",), "Simulated components (the vLLM simulator)."),
     SubCommands("faultday.cli_lint", ("lint",)),
     SubCommands("faultday.cli_report", ("report", "gameday", "runbook")),

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from faultday.core.spanstore import COLLECTOR_HEALTH_PATH, SPANS_DB
+
 
 class ProbeKind(StrEnum):
     HTTP = "http"
@@ -167,6 +169,14 @@ _TYPES: tuple[ComponentType, ...] = (
         probe=DefaultProbe(ProbeKind.HTTP, path="/version", timeout=20.0),
         image="ghcr.io/shopify/toxiproxy:2.9.0",
         module="faultday.proxy",
+    ),
+    ComponentType(
+        name="collector",
+        summary="faultday's OTLP/HTTP trace collector: spans into {work_dir}/spans.db",
+        argv=_py("faultday.observe.collector", "--db", f"{{work_dir}}/{SPANS_DB}"),
+        probe=DefaultProbe(ProbeKind.HTTP, path=COLLECTOR_HEALTH_PATH, timeout=20.0),
+        image=_FAULTDAY_IMAGE,
+        module="faultday.observe.collector",
     ),
     ComponentType(
         name="tools",

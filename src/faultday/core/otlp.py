@@ -33,12 +33,14 @@ __all__ = [
     "CONTENT_PROTOBUF",
     "MAX_BODY",
     "MAX_DECODED",
+    "TRACES_PATH",
     "OtlpError",
     "OtlpTooLarge",
     "decode",
     "encode",
 ]
 
+TRACES_PATH: Final = "/v1/traces"  # OTLP/HTTP's path for traces
 CONTENT_PROTOBUF: Final = "application/x-protobuf"
 CONTENT_JSON: Final = "application/json"
 MAX_BODY: Final = 4 * 1024 * 1024  # bytes as received (compressed or not)

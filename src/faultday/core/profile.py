@@ -12,7 +12,10 @@ Command lines and environment values are templates. The supervisor fills in:
 * ``{python}``, ``{run_dir}``, ``{log_dir}``, ``{work_dir}`` (``<run_dir>/<name>``,
   created before start), ``{profile_dir}`` (the profile file's folder),
   ``{name}``, ``{policy}``,
-  ``{setting:KEY}``, ``{libpython_dir}``, ``{env:VAR}``.
+  ``{setting:KEY}``, ``{libpython_dir}``, ``{env:VAR}``,
+* ``{otlp}``: the trace collector's OTLP/HTTP URL (``http://127.0.0.1:PORT/v1/traces``),
+  in a profile with ``spec.collector``; every other component's environment gets it as
+  ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` unless its ``env`` says otherwise (docs/traces.md).
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ API_VERSION = "faultday/v1"
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
 TEMPLATE_RE = re.compile(r"\{([a-z_]+)(?::([A-Za-z0-9_.-]+))?\}")
 EDGE_SEP = "->"
+OTEL_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+COLLECTOR_TYPE = "collector"
 PACKAGED_PROFILES = Path(__file__).parents[1] / "stack" / "profiles"
 
 _PLAIN_KEYS = frozenset(
@@ -58,6 +63,7 @@ _PLAIN_KEYS = frozenset(
         "name",
         "policy",
         "libpython_dir",
+        "otlp",
     }
 )
 _ARG_KEYS = frozenset({"port", "url", "endpoint", "addr", "setting", "env"})
@@ -136,6 +142,11 @@ class ProfileMeta(Strict):
 class StackSpec(Strict):
     policy: str = Field(default="default", description="agent policy; a scenario overrides it")
     proxy: str | None = Field(default="proxy", description="the fault proxy component, or null")
+    collector: str | None = Field(
+        default=None,
+        description="the trace collector component (type collector), or null: every other "
+        "component exports its spans there (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT={otlp})",
+    )
     components: dict[str, ComponentSpec]
     edges: tuple[str, ...] = Field(default=(), description="'from->to', proxied connections")
     preflight: PreflightSpec = Field(
@@ -175,6 +186,20 @@ class StackProfile(Strict):
     def env_template(self, component: str) -> dict[str, str]:
         return {**self.ctype(component).env, **self.spec.components[component].env}
 
+    def trace_env(self, component: str) -> dict[str, str]:
+        """The OpenTelemetry variables a component gets in a profile with a collector (templates),
+        less those its own ``env`` sets; none for the collector itself or without one."""
+        collector = self.spec.collector
+        if collector is None or component == collector:
+            return {}
+        env = {
+            OTEL_TRACES_ENDPOINT: "{otlp}",
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+            "OTEL_SERVICE_NAME": component,
+        }
+        own = self.spec.components[component].env
+        return {k: v for k, v in env.items() if k not in own}
+
     def edges(self) -> list[Edge]:
         return [Edge.parse(e) for e in self.spec.edges]
 
@@ -187,10 +212,16 @@ class StackProfile(Strict):
                 deps.add(e.dst)
                 if self.spec.proxy:
                     deps.add(self.spec.proxy)
-        for text in (*self.argv_template(component), *self.env_template(component).values()):
+        texts = (*self.argv_template(component), *self.env_template(component).values())
+        for text in texts:
             for key, arg in template_refs(text):
                 if key in ("url", "endpoint", "addr") and arg:
                     deps.add(arg)
+        # Only a component that names {otlp} itself waits for the collector. The variables
+        # every component gets (trace_env) add no dependency: an exporter retries while the
+        # collector starts, and a subset without the collector stays as small as it was.
+        if any(key == "otlp" for text in texts for key, _ in template_refs(text)):
+            deps.add(str(self.spec.collector))
         deps.discard(component)
         return deps
 
@@ -248,7 +279,10 @@ class StackProfile(Strict):
         comps = {k: v for k, v in self.spec.components.items() if k in keep}
         edges = tuple(e.name for e in self.edges() if e.src in keep and e.dst in keep)
         proxy = self.spec.proxy if self.spec.proxy in keep else None
-        spec = self.spec.model_copy(update={"components": comps, "edges": edges, "proxy": proxy})
+        collector = self.spec.collector if self.spec.collector in keep else None
+        spec = self.spec.model_copy(
+            update={"components": comps, "edges": edges, "proxy": proxy, "collector": collector}
+        )
         return self.model_copy(update={"spec": spec})
 
 
@@ -289,7 +323,11 @@ def _check_templates(
     texts += [((*path, "env", k), t) for k, t in spec.env.items()]
     for where, text in texts:
         for key, arg in template_refs(text):
-            if arg is None and key not in _PLAIN_KEYS:
+            if key == "otlp" and profile.spec.collector is None:
+                problems.append(
+                    doc.problem(where, "{otlp} needs a trace collector: spec.collector")
+                )
+            elif arg is None and key not in _PLAIN_KEYS:
                 msg = f"unknown template {{{key}}}{did_you_mean(key, set(_PLAIN_KEYS | _ARG_KEYS))}"
                 problems.append(doc.problem(where, msg))
             elif arg is not None and key not in _ARG_KEYS:
@@ -381,6 +419,21 @@ def _check_cycles(doc: Document, profile: StackProfile) -> list[Problem]:
     return []
 
 
+def _check_collector(doc: Document, profile: StackProfile) -> list[Problem]:
+    collector = profile.spec.collector
+    if collector is None:
+        return []
+    spec = profile.spec.components.get(collector)
+    if spec is None:
+        comps = set(profile.spec.components)
+        msg = f"no component {collector!r}{did_you_mean(collector, comps)}"
+        return [doc.problem(("spec", "collector"), msg)]
+    if spec.type != COLLECTOR_TYPE:
+        msg = f"component {collector!r} is of type {spec.type!r}, not {COLLECTOR_TYPE!r}"
+        return [doc.problem(("spec", "collector"), msg)]
+    return []
+
+
 def profile_from_document(doc: Document) -> StackProfile:
     """Validate a parsed document; raise ScenarioError listing every problem."""
     try:
@@ -393,6 +446,7 @@ def profile_from_document(doc: Document) -> StackProfile:
     for name in profile.spec.components:
         problems += _check_component(doc, profile, name)
     problems += _check_edges(doc, profile)
+    problems += _check_collector(doc, profile)
     if not problems:
         problems += _check_cycles(doc, profile)
     if problems:

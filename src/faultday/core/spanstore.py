@@ -22,8 +22,23 @@ from typing import Final
 from faultday.core.spans import AttrValue, Span, SpanKind, SpanStatus
 from faultday.errors import FaultdayError
 
-__all__ = ["DEFAULT_MAX_SPANS", "SpanCounters", "SpanStore", "SpanStoreError", "read_counters"]
+__all__ = [
+    "COLLECTOR_HEALTH_PATH",
+    "COLLECTOR_STATS_PATH",
+    "DEFAULT_MAX_SPANS",
+    "RUN_TRACES_DB",
+    "SPANS_DB",
+    "CollectorAddress",
+    "SpanCounters",
+    "SpanStore",
+    "SpanStoreError",
+    "read_counters",
+]
 
+SPANS_DB: Final = "spans.db"  # the collector component's store, in its work dir
+RUN_TRACES_DB: Final = "traces.db"  # a run's own copy of its time range, in the run folder
+COLLECTOR_STATS_PATH: Final = "/stats"
+COLLECTOR_HEALTH_PATH: Final = "/health"
 DEFAULT_MAX_SPANS: Final = 200_000
 DEFAULT_READ_LIMIT: Final = 100_000
 _BUSY_TIMEOUT_S: Final = 5.0
@@ -55,6 +70,22 @@ _COLUMNS: Final = (
 # value is a bound parameter (hence the S608 exceptions).
 _COPY: Final = f"INSERT INTO dest.spans ({_COLUMNS}) SELECT {_COLUMNS} FROM main.spans"  # noqa: S608
 _Row = tuple[str, str, str, str, str, str, int, int, str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorAddress:
+    """Where a running stack's trace collector is: what a run needs to keep its spans.
+
+    ``db_path`` is the collector's store (``<run_dir>/<collector>/spans.db``): open it with
+    :class:`SpanStore` and ``copy_range`` the run's window into ``traces.db``.
+    ``stats_url`` answers the collector's counters as JSON; ``otlp_url`` is what the
+    components export to (the ``{otlp}`` template); both are "" while the stack is down.
+    """
+
+    component: str
+    otlp_url: str
+    stats_url: str
+    db_path: Path
 
 
 class SpanStoreError(FaultdayError):

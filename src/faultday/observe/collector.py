@@ -48,6 +48,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from faultday.core import otlp
 from faultday.core.otlp import (
     CONTENT_JSON,
     CONTENT_PROTOBUF,
@@ -56,7 +57,14 @@ from faultday.core.otlp import (
     OtlpTooLarge,
     decode,
 )
-from faultday.core.spanstore import DEFAULT_MAX_SPANS, SpanStore, SpanStoreError
+from faultday.core.spanstore import (
+    COLLECTOR_HEALTH_PATH,
+    COLLECTOR_STATS_PATH,
+    DEFAULT_MAX_SPANS,
+    SPANS_DB,
+    SpanStore,
+    SpanStoreError,
+)
 from faultday.errors import FaultdayError, UsageError
 
 log = logging.getLogger(__name__)
@@ -70,9 +78,9 @@ __all__ = [
     "serve_forever",
 ]
 
-TRACES_PATH: Final = "/v1/traces"
-STATS_PATH: Final = "/stats"
-HEALTH_PATH: Final = "/health"
+TRACES_PATH: Final = otlp.TRACES_PATH
+STATS_PATH: Final = COLLECTOR_STATS_PATH
+HEALTH_PATH: Final = COLLECTOR_HEALTH_PATH
 READY_PREFIX: Final = "faultday-collector ready"
 DEFAULT_PORT: Final = 4318  # OTLP/HTTP's registered port
 DECODED_FACTOR: Final = 4  # a gzip body may grow to this many times --max-body, no more
@@ -231,7 +239,10 @@ class Collector:
                 raise UsageError(f"--forward {url!r}: give an http:// or https:// URL")
         self.config = config
         self.counters = _Counters()
-        self.store = SpanStore(config.db, max_spans=config.max_spans)
+        try:
+            self.store = SpanStore(config.db, max_spans=config.max_spans)
+        except SpanStoreError as exc:  # --db and --max-spans are the user's
+            raise UsageError(str(exc)) from exc
         self.connection_slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.decoding_slots = threading.BoundedSemaphore(MAX_DECODING)
         self._loud = _LOUD_REJECTS
@@ -500,7 +511,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1", help="listen address")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="listen port (0 = ephemeral)")
-    p.add_argument("--db", type=Path, required=True, help="the span store's SQLite file")
+    p.add_argument("--db", type=Path, default=Path(SPANS_DB), help="the span store's SQLite file")
     p.add_argument("--max-spans", type=int, default=DEFAULT_MAX_SPANS, help="spans kept at most")
     p.add_argument("--max-body", type=int, default=MAX_BODY, help="bytes per request at most")
     p.add_argument(

@@ -27,8 +27,10 @@ import httpx
 from faultday.core.components import ProbeKind
 from faultday.core.driverbase import DriverBase
 from faultday.core.ledger import RUN_TMP_DIR, Ledger
+from faultday.core.otlp import TRACES_PATH
 from faultday.core.plugins import did_you_mean
 from faultday.core.profile import TEMPLATE_RE, Edge, StackProfile
+from faultday.core.spanstore import COLLECTOR_STATS_PATH, SPANS_DB, CollectorAddress
 from faultday.core.stackinfo import ComponentInfo, EdgeInfo, StackInfo
 from faultday.core.targets import Target
 from faultday.errors import StackError
@@ -165,6 +167,28 @@ class Stack(DriverBase):
             return self._plan_or_raise().edge_ports[name]
         return self._port(dst)
 
+    def collector(self) -> CollectorAddress | None:
+        """The trace collector's OTLP URL, /stats URL and span store; None without one.
+
+        The store's path holds before ``up`` and after ``down`` (a run copies its spans
+        from it once the stack is down); the URLs are "" while the stack is not up.
+        """
+        name = self.profile.spec.collector
+        if name is None:
+            return None
+        base = self._url(name, self._port(name)) if self._plan is not None else ""
+        return CollectorAddress(
+            component=name,
+            otlp_url=base + TRACES_PATH if base else "",
+            stats_url=base + COLLECTOR_STATS_PATH if base else "",
+            db_path=self.run_dir / name / SPANS_DB,
+        )
+
+    def _otlp_url(self) -> str:
+        """``{otlp}``; "" without a collector (a profile using it then is refused at load)."""
+        address = self.collector()
+        return address.otlp_url if address is not None else ""
+
     def _proxy_api(self) -> str:
         proxy = self.profile.spec.proxy
         return self._url(proxy, self._port(proxy)) if proxy else ""
@@ -198,6 +222,7 @@ class Stack(DriverBase):
                 "name": component,
                 "policy": self.policy,
                 "libpython_dir": str(sysconfig.get_config_var("LIBDIR") or ""),
+                "otlp": self._otlp_url(),
             }
             return plain[key]
 
@@ -220,7 +245,9 @@ class Stack(DriverBase):
             ipc = self._short_tmp_home() / "vllm-ipc"
             ipc.mkdir(parents=True, exist_ok=True)  # the home is in the ledger already
             env["VLLM_RPC_BASE_PATH"] = str(ipc)
-        for k, v in self.profile.env_template(component).items():
+        # The profile's env comes last: it may set the OpenTelemetry variables otherwise.
+        templates = {**self.profile.trace_env(component), **self.profile.env_template(component)}
+        for k, v in templates.items():
             env[k] = self._render(component, v).strip(":")
         return Launch(
             component=component,
