@@ -21,6 +21,7 @@ from tests.conftest import wait_for
 from faultday.core.loadconfig import TracePropagation
 from faultday.core.records import RequestRecord
 from faultday.core.scenario import Scenario
+from faultday.engine.participants import ScenarioLoad, participants_for
 from faultday.load.runner import LoadOptions, LocustLoad
 from faultday.load.standalone import StandaloneRun
 
@@ -193,3 +194,19 @@ def test_traces_disabled_sends_no_header(tmp_path: Path, recorder: Recorder) -> 
     )
     assert len(recorder.seen) == 20 and all(s.traceparent is None for s in recorder.seen)
     assert all(r.trace_id == "" and not r.trace_sampled for r in records)
+
+
+def test_the_scenarios_traces_block_reaches_the_load() -> None:
+    """participants_for hands the scenario's share and switch to the load it makes."""
+
+    def load_of(traces: dict[str, object]) -> ScenarioLoad:
+        sc = Scenario.model_validate(
+            {"apiVersion": "faultday/v1", "kind": "Scenario", "metadata": {"name": "t"},
+             "spec": {"duration": "5s", "load": {"workload": "http", "users": 1},
+                      "traces": traces}}
+        )  # fmt: skip
+        return next(p for p in participants_for(sc) if isinstance(p, ScenarioLoad))
+
+    assert load_of({"sample": 0.3}).options.traces.sample == 0.3
+    assert load_of({"enabled": False}).options.traces.enabled is False
+    assert load_of({}).options.traces.sample == 1.0

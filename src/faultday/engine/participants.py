@@ -8,10 +8,12 @@ scraper, the time-series writer).
 
 from __future__ import annotations
 
+import dataclasses
+
 from faultday.core.loadconfig import HttpRequestSpec, Workload
 from faultday.core.protocols import LoadHost, Participant, RunView
-from faultday.core.scenario import LoadShape, LoadSpec, Scenario
-from faultday.load.runner import LoadError, LoadOptions, LocustLoad
+from faultday.core.scenario import LoadShape, LoadSpec, Scenario, TracesSpec
+from faultday.load.runner import LoadError, LoadOptions, LocustLoad, propagation_of
 from faultday.load.sink import SinkStats
 from faultday.observe.procs import ProcessSampler
 from faultday.observe.scrape import MetricsScraper
@@ -55,8 +57,9 @@ class ScenarioLoad(LocustLoad):
         return super().stats
 
 
-def options_for(spec: LoadSpec) -> LoadOptions:
-    """Read the optional ``http`` fields of LoadSpec where the model has them."""
+def options_for(spec: LoadSpec, traces: TracesSpec | None = None) -> LoadOptions:
+    """Read the optional ``http`` fields of LoadSpec where the model has them, and what the
+    load takes from the scenario's ``traces:`` (whether and how often to send a traceparent)."""
     http = HttpRequestSpec(
         target=getattr(spec, "target", None) or "agent",
         path=getattr(spec, "path", None) or "/health",
@@ -65,7 +68,10 @@ def options_for(spec: LoadSpec) -> LoadOptions:
         stream=bool(getattr(spec, "stream", False)),
     )
     think = getattr(spec, "think_time", None) or 0.0
-    return LoadOptions(http=http, think_time=float(think))
+    options = LoadOptions(http=http, think_time=float(think))
+    if traces is not None:
+        options = dataclasses.replace(options, traces=propagation_of(traces))
+    return options
 
 
 def participants_for(scenario: Scenario) -> list[Participant]:
@@ -85,7 +91,7 @@ def participants_for(scenario: Scenario) -> list[Participant]:
         # A soak judges drift: each component's RSS and open FDs join the time series.
         out.append(ProcessSampler(interval=spec.sample_interval))
     if workload != Workload.NONE and spec.users > 0:
-        out.append(ScenarioLoad(spec, options_for(spec)))
+        out.append(ScenarioLoad(spec, options_for(spec, scenario.spec.traces)))
     return out
 
 
