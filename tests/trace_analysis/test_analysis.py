@@ -409,3 +409,39 @@ def test_traces_json_round_trip_and_a_bad_file(tmp_path: Path) -> None:
     path.write_text("{not json")
     with pytest.raises(UsageError, match="not JSON"):
         read_traces(tmp_path)
+
+
+def test_an_agent_task_shares_its_trace_with_its_submit() -> None:
+    tb = TraceBuilder(trace_id(50), t=1.0)
+    submit = tb.root(20)
+    tb.add("agent", "task research", 15, 700, parent=submit)  # runs on after the answer
+    for k in range(3):  # each poll is a request of its own: a root of its own
+        tb.add(
+            "agent",
+            "GET /v1/tasks/{id}",
+            200 * (k + 1),
+            200 * (k + 1) + 5,
+            parent_id=f"{k + 1:016x}",
+            kind=SpanKind.SERVER,
+        )
+    requests = [
+        request(tb.trace, 1.0, 0.025),  # task.submit
+        request(tb.trace, 1.0, 0.7, ok=False),  # the task, submit to last poll
+    ]
+
+    out = run(tb.spans, requests)
+
+    assert (out.requests, out.requests_traced) == (2, 2)
+    w = out.windows[0]
+    assert (w.requests, w.traced) == (2, 1)  # the submit owns the root; the task's time is polls
+    assert w.e2e_s == pytest.approx(0.025)
+    by = hops(w)
+    assert by["agent/task research"].time_s == pytest.approx(0.005)  # clipped to the submit
+    assert by["client/network"].time_s == pytest.approx(0.005)
+    failed = next(e for e in out.exemplars if e.kind == "failed")
+    assert failed.duration_s == pytest.approx(0.7)
+    assert [s.name for s in failed.spans] == [
+        ROOT_NAME,
+        "task research",
+        *["GET /v1/tasks/{id}"] * 3,
+    ]

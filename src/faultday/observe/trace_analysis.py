@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -113,8 +113,29 @@ class _Trace:
     spans: tuple[Span, ...]  # deduplicated by span id, by start
     by_id: Mapping[str, Span]
     children: Mapping[str, tuple[Span, ...]]  # by start
-    root: Span | None
-    orphans: tuple[Span, ...]  # other spans whose parent is absent (their own subtrees)
+    tops: tuple[Span, ...]  # the spans whose parent is absent, by start: roots of subtrees
+
+    @property
+    def root(self) -> Span | None:
+        """The trace's root: the agent's SERVER span (its parent, the load's, is not stored).
+
+        When the agent's span was lost, the earliest of what is left stands in for it.
+        """
+        return min(
+            self.tops,
+            key=lambda s: (s.kind is not SpanKind.SERVER, s.start_ns, -s.end_ns, s.span_id),
+            default=None,
+        )
+
+    def root_near(self, wall_ns: int) -> Span | None:
+        """The root of the request that started at ``wall_ns``: a trace holds several when
+        several requests share it (an agent task's submit and its polls)."""
+        if len(self.tops) <= 1:
+            return self.root
+        return min(
+            self.tops,
+            key=lambda s: (s.kind is not SpanKind.SERVER, abs(s.start_ns - wall_ns), s.span_id),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +144,9 @@ class _Item:
 
     t: float  # run seconds it started
     e2e_ns: int  # its end-to-end time (client side; the root's when there is no client)
-    hops: Mapping[_Hop, _Acc]
+    hops: Mapping[_Hop, _Acc] | None  # None: joined, but another request owns its root
     trace: _Trace
+    root: Span
     record: RequestRecord | None
 
 
@@ -145,15 +167,15 @@ def analyse(
     n_spans = sum(len(t.spans) for t in traces.values())
     services = sorted({s.service for t in traces.values() for s in t.spans if s.service})
     items, joined = _join(traces, requests, t0_wall=t0_wall, time_scale=time_scale)
+    attributed = sorted((i for i in items if i.hops is not None), key=lambda i: i.t)
     note = ""
     if not traces:
         note = NO_SPANS_NOTE
-    elif not any(t.root for t in traces.values()):
+    elif not any(t.tops for t in traces.values()):
         note = NO_ROOTS_NOTE
     elif not joined:
         note = NOT_JOINED_NOTE
-    items.sort(key=lambda i: i.t)
-    window_traces = _windows(windows, items, requests)
+    window_traces = _windows(windows, attributed, requests)
     return TracesSummary(
         spans=n_spans,
         traces=len(traces),
@@ -187,20 +209,12 @@ def _trace(trace_id: str, by_id: dict[str, Span]) -> _Trace:
             children[s.parent_id].append(s)
         else:
             parentless.append(s)
-    # The load sends only a traceparent, so the agent's SERVER span has an absent parent;
-    # when the agent's span was lost, the earliest of what is left stands in for it.
-    root = min(
-        parentless,
-        key=lambda s: (s.kind is not SpanKind.SERVER, s.start_ns, -s.end_ns, s.span_id),
-        default=None,
-    )
     return _Trace(
         trace_id=trace_id,
         spans=ordered,
         by_id=by_id,
         children={k: tuple(v) for k, v in children.items()},
-        root=root,
-        orphans=tuple(s for s in parentless if s is not root),
+        tops=tuple(parentless),
     )
 
 
@@ -211,24 +225,39 @@ def _join(
     t0_wall: float,
     time_scale: float,
 ) -> tuple[list[_Item], int]:
-    """Requests joined to their traces by id; with none joined, each root stands alone."""
+    """Requests joined to their traces by id (the count); with none joined, each root alone.
+
+    Requests that share a trace (an agent task's submit and the task's own record, from
+    submit to last poll) each take the root that started nearest them; when two take the
+    same root, the shorter owns it (the request the root served) and the other is joined
+    but not attributed: its time beyond that root is polling, not the network.
+    """
     items: list[_Item] = []
-    for r in requests:
+    owners: dict[tuple[str, str], RequestRecord] = {}
+    roots: dict[int, Span] = {}
+    joined = 0
+    for k, r in enumerate(requests):
         trace = traces.get(r.trace_id) if r.trace_id else None
-        if trace is None or trace.root is None:
+        if trace is None:
             continue
+        joined += 1
+        root = trace.root_near(round((t0_wall + r.t * time_scale) * 1e9))
+        if root is None:
+            continue
+        roots[k] = root
+        key = (trace.trace_id, root.span_id)
+        held = owners.get(key)
+        if held is None or r.duration < held.duration:
+            owners[key] = r
+    owned = Counter(tid for tid, _ in owners)
+    for k, root in roots.items():
+        r = requests[k]
+        trace = traces[r.trace_id]
         e2e_ns = max(0, round(r.duration * 1e9))
-        hops = _trace_hops(trace, trace.root, cap_ns=e2e_ns)
-        # The root is clipped to the client's time too, so the residual is never negative.
-        root_ns = min(max(0, trace.root.end_ns - trace.root.start_ns), e2e_ns)
-        hops[(CLIENT_SERVICE, CLIENT_SPAN)] = _Acc(
-            count=1,
-            errors=int(not r.ok and r.status == 0),  # no response at all
-            durations=[(e2e_ns - root_ns) / 1e9],
-            time_ns=e2e_ns - root_ns,
-        )
-        items.append(_Item(t=r.t, e2e_ns=e2e_ns, hops=hops, trace=trace, record=r))
-    joined = len(items)
+        hops = None
+        if owners[(trace.trace_id, root.span_id)] is r:
+            hops = _request_hops(trace, root, r, e2e_ns, whole=owned[trace.trace_id] == 1)
+        items.append(_Item(t=r.t, e2e_ns=e2e_ns, hops=hops, trace=trace, root=root, record=r))
     if joined:
         return items, joined
     for trace in traces.values():
@@ -238,15 +267,35 @@ def _join(
         e2e_ns = max(0, root.end_ns - root.start_ns)
         t = (root.start_ns / 1e9 - t0_wall) / time_scale
         hops = _trace_hops(trace, root, cap_ns=e2e_ns)
-        items.append(_Item(t=t, e2e_ns=e2e_ns, hops=hops, trace=trace, record=None))
+        items.append(_Item(t=t, e2e_ns=e2e_ns, hops=hops, trace=trace, root=root, record=None))
     return items, 0
+
+
+def _request_hops(
+    trace: _Trace, root: Span, r: RequestRecord, e2e_ns: int, *, whole: bool
+) -> dict[_Hop, _Acc]:
+    """A request's hops: its root's, and the client's time beyond the root."""
+    hops = _trace_hops(trace, root, cap_ns=e2e_ns, whole=whole)
+    # The root is clipped to the client's time too, so the residual is never negative.
+    root_ns = min(max(0, root.end_ns - root.start_ns), e2e_ns)
+    hops[(CLIENT_SERVICE, CLIENT_SPAN)] = _Acc(
+        count=1,
+        errors=int(not r.ok and r.status == 0),  # no response at all
+        durations=[(e2e_ns - root_ns) / 1e9],
+        time_ns=e2e_ns - root_ns,
+    )
+    return hops
 
 
 # --- one trace: per-hop figures and the critical path -------------------------------------
 
 
-def _trace_hops(trace: _Trace, root: Span, *, cap_ns: int) -> dict[_Hop, _Acc]:
-    """Per hop: every span's count, errors and duration; critical-path self time; faults."""
+def _trace_hops(trace: _Trace, root: Span, *, cap_ns: int, whole: bool = True) -> dict[_Hop, _Acc]:
+    """Per hop: every span's count, errors and duration; critical-path self time; faults.
+
+    The counts cover the whole trace, or only ``root``'s subtree when the trace holds
+    other requests' roots too (``whole=False``).
+    """
     hops: dict[_Hop, _Acc] = {}
 
     def acc(hop: _Hop) -> _Acc:
@@ -256,7 +305,8 @@ def _trace_hops(trace: _Trace, root: Span, *, cap_ns: int) -> dict[_Hop, _Acc]:
         return a
 
     attributed: dict[str, _Hop] = {}
-    for s in trace.spans:
+    members = trace.spans if whole else [s for s, _ in _depth_first(trace, [root])]
+    for s in members:
         hop = _attribution(trace, s, attributed)
         a = acc(hop)
         faults = _faults(s.attributes)
@@ -476,7 +526,7 @@ def _windows(
 def _window_hops(items: Sequence[_Item]) -> list[HopStats]:
     total: dict[_Hop, _Acc] = {}
     for item in items:
-        for hop, a in item.hops.items():
+        for hop, a in (item.hops or {}).items():
             mine = total.get(hop)
             if mine is None:
                 mine = total[hop] = _Acc()
@@ -538,7 +588,7 @@ def _exemplars(items: Sequence[_Item], windows: Sequence[JournalWindow | Window]
     out: list[Exemplar] = []
     order: tuple[ExemplarKind, ...] = ("slowest_ok", "failed", "degraded")
     for kind, item in sorted(picks.items(), key=lambda p: order.index(p[0])):
-        spans, truncated = _waterfall(item.trace)
+        spans, truncated = _waterfall(item.trace, item.root)
         out.append(
             Exemplar(
                 kind=kind,
@@ -557,8 +607,7 @@ def _exemplars(items: Sequence[_Item], windows: Sequence[JournalWindow | Window]
 def _exemplar_kind(item: _Item) -> ExemplarKind:
     r = item.record
     if r is None:
-        failed = item.trace.root is not None and item.trace.root.status is SpanStatus.ERROR
-        return "failed" if failed else "slowest_ok"
+        return "failed" if item.root.status is SpanStatus.ERROR else "slowest_ok"
     if not r.ok:
         return "failed"
     return "degraded" if r.degraded else "slowest_ok"
@@ -567,9 +616,8 @@ def _exemplar_kind(item: _Item) -> ExemplarKind:
 def _status(item: _Item) -> int:
     if item.record is not None:
         return item.record.status
-    root = item.trace.root
     for attr in STATUS_ATTRS:
-        value = _number(root.attributes.get(attr)) if root else None
+        value = _number(item.root.attributes.get(attr))
         if value is not None:
             return int(value)
     return 0
@@ -583,12 +631,11 @@ def _window_of(t: float, windows: Sequence[JournalWindow | Window]) -> str:
     return min(inside, key=lambda w: _KIND_ORDER.get(w.kind, len(_KIND_ORDER))).label
 
 
-def _waterfall(trace: _Trace) -> tuple[list[WaterfallSpan], int]:
-    """The trace depth first from its root (then any orphaned subtrees), at most 200 spans."""
+def _waterfall(trace: _Trace, root: Span) -> tuple[list[WaterfallSpan], int]:
+    """The trace depth first from the request's root, then its other subtrees; at most 200."""
     first = trace.spans[0].start_ns if trace.spans else 0
     out: list[WaterfallSpan] = []
-    tops = ([trace.root] if trace.root else []) + list(trace.orphans)
-    for span, depth in _depth_first(trace, tops):
+    for span, depth in _depth_first(trace, [root, *(t for t in trace.tops if t is not root)]):
         if len(out) >= MAX_WATERFALL:
             break
         out.append(
