@@ -14,7 +14,7 @@ from pydantic import TypeAdapter, ValidationError
 from faultday.errors import UsageError
 from faultday.proxy.models import ProxySpec
 from faultday.proxy.server import ProxyServer
-from faultday.proxy.tracing import TraceSettings
+from faultday.proxy.tracing import ProxyTracing, TraceSettings
 from faultday_wire.webguard import allowed_hosts_from_env
 
 app = typer.Typer(help="faultday's Toxiproxy-compatible fault proxy.", no_args_is_help=True)
@@ -41,19 +41,14 @@ def serve_forever(*, host: str, port: int, config: Path | None, log_level: str) 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    proxies = load_config(config) if config else ()
     settings = TraceSettings.from_env(os.environ)
-    tracing = None
-    if settings is not None:
-        # OpenTelemetry's SDK and exporter load only when tracing is on (start-up time).
-        from faultday.proxy.otlp import ProxyTracing  # noqa: PLC0415
-
-        tracing = ProxyTracing.from_settings(settings)
     server = ProxyServer(
         host=host,
         port=port,
-        proxies=load_config(config) if config else (),
+        proxies=proxies,
         allowed_hosts=allowed_hosts_from_env(),
-        tracing=tracing,
+        tracing=None if settings is None else ProxyTracing(settings),
     )
 
     def ready(srv: ProxyServer) -> None:

@@ -1,116 +1,119 @@
-"""The proxy's tracer: RequestSpans become OpenTelemetry spans, exported over OTLP/HTTP.
+"""The proxy's span exporter process: records on stdin become spans, exported over OTLP/HTTP.
 
-Loaded only when tracing is on (``TraceSettings.from_env``). Each span is made
-when its response ends, with explicit start and end times, and handed to a
-``BatchSpanProcessor``: a bounded queue that drops rather than blocks, exported
-by its own thread, flushed by ``shutdown()``.
+``python -m faultday.proxy.otlp``, started by ``ProxyTracing.start`` with the
+proxy's environment. It reads lists of marshal-encoded ``Record``s until its stdin closes,
+makes each an OpenTelemetry span (explicit start and end times, the parent read
+from ``traceparent`` by the ``TraceContextTextMapPropagator``) and hands it to a
+``BatchSpanProcessor`` (a bounded queue: full, it drops; OTEL_BSP_* size it).
+At end of input it flushes the queue and exits. SIGINT and SIGTERM are ignored:
+a signal to the proxy's process group must not lose what the proxy still hands
+over as it shuts down; the closed pipe ends this process even if the proxy dies.
 """
 
 from __future__ import annotations
 
 import logging
-import time
+import marshal
+import os
+import signal
+import sys
+from typing import BinaryIO
 
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from faultday.proxy.tracing import (
-    AttributeValue,
-    RequestSpan,
-    ToxicView,
-    TraceSettings,
-    toxic_attributes,
-)
+from faultday.errors import FaultdayError
+from faultday.proxy.tracing import EdgeCache, Record, TraceSettings, span_data
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SERVICE = "proxy"
 SCOPE = "faultday.proxy"
-SHUTDOWN_TIMEOUT_MS = 5000
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _NO_PARENT = Context()
 
 
-class ProxyTracing:
-    """The proxy's tracer: one TracerProvider, one BatchSpanProcessor."""
+def provider(settings: TraceSettings) -> tuple[TracerProvider, Tracer]:
+    """A TracerProvider exporting to ``settings.endpoint`` through a BatchSpanProcessor."""
+    resource = Resource.create({})
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE}))
+    tp = TracerProvider(resource=resource)
+    # Headers, timeout and compression: the exporter reads OTEL_EXPORTER_OTLP_* itself.
+    tp.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=settings.endpoint)))
+    return tp, tp.get_tracer(SCOPE)
 
-    def __init__(self, exporter: SpanExporter) -> None:
-        resource = Resource.create({})
-        if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
-            resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE}))
-        # The queue's bound and batch sizes come from OTEL_BSP_* (the SDK reads them);
-        # a full queue drops the span: the relay never waits on the exporter.
-        self.processor = BatchSpanProcessor(exporter)
-        self.provider = TracerProvider(resource=resource)
-        self.provider.add_span_processor(self.processor)
-        self.tracer: Tracer = self.provider.get_tracer(SCOPE)
 
-    @classmethod
-    def from_settings(cls, settings: TraceSettings) -> ProxyTracing:
-        # Headers, timeout and compression: the exporter reads OTEL_EXPORTER_OTLP_* itself.
-        return cls(OTLPSpanExporter(endpoint=settings.endpoint))
+def emit(tracer: Tracer, record: Record, edges: EdgeCache) -> None:
+    """One record as one span, ended at the record's end time."""
+    data = span_data(record, edges)
+    if data.traceparent:
+        carrier = {"traceparent": data.traceparent}
+        if data.tracestate:
+            carrier["tracestate"] = data.tracestate
+        parent = _PROPAGATOR.extract(carrier)
+    else:
+        parent = _NO_PARENT
+    span = tracer.start_span(
+        data.name,
+        context=parent,
+        kind=SpanKind.INTERNAL,
+        attributes=data.attributes,
+        start_time=data.start_ns,
+    )
+    if data.error:
+        span.set_status(Status(StatusCode.ERROR, data.error))
+    span.end(end_time=data.end_ns)
 
-    def begin(
-        self,
-        *,
-        ts: float,
-        traceparent: str,
-        tracestate: str,
-        method: str,
-        target: str,
-        toxics: tuple[ToxicView, ...],
-    ) -> RequestSpan:
-        """A request's head arrived at monotonic time ``ts``."""
-        if traceparent:
-            carrier = {"traceparent": traceparent}
-            if tracestate:
-                carrier["tracestate"] = tracestate
-            parent = _PROPAGATOR.extract(carrier)
-        else:
-            parent = _NO_PARENT
-        start_ns = time.time_ns() - int((time.monotonic() - ts) * 1e9)
-        path = target.split("?", 1)[0]
-        return RequestSpan(parent, start_ns, method, path, toxics)
 
-    def end(self, span: RequestSpan, *, name: str, edge: dict[str, AttributeValue]) -> None:
-        """The response ended (whole or not): export the span, ending now."""
-        end_ns = time.time_ns()
-        attrs: dict[str, AttributeValue] = {
-            **edge,
-            "http.request.method": span.method,
-            "url.path": span.path,
-            "http.request.size": span.request_bytes,
-            "http.response.size": span.response_bytes,
-        }
-        if span.status:
-            attrs["http.response.status_code"] = span.status
-        if span.injected:
-            attrs["fault.injected_response"] = True
-        attrs.update(toxic_attributes(span.toxics))
-        error = span.error or (str(span.status) if span.status >= 500 else "")
-        if span.injected and not error:
-            error = "http_error"
-        if error:
-            attrs["error.type"] = error
-        otel = self.tracer.start_span(
-            name,
-            context=span.parent,
-            kind=SpanKind.INTERNAL,
-            attributes=attrs,
-            start_time=span.start_ns,
-        )
-        if error:
-            otel.set_status(Status(StatusCode.ERROR, error))
-        otel.end(end_time=end_ns)
+def pump(source: BinaryIO, tracer: Tracer) -> int:
+    """Spans from ``source`` until it ends; how many."""
+    edges = EdgeCache()
+    count = 0
+    while True:
+        try:
+            records = marshal.load(source)  # noqa: S302 - our parent's pipe, our own records
+        except EOFError:
+            return count
+        except (ValueError, TypeError) as exc:
+            log.error("proxy traces: unreadable records after %d spans: %s", count, exc)  # noqa: TRY400 - input, not a bug
+            return count
+        for record in records:
+            emit(tracer, record, edges)
+        count += len(records)
 
-    def shutdown(self) -> None:
-        """Export what is queued (bounded by SHUTDOWN_TIMEOUT_MS plus one export's timeout)."""
-        if not self.processor.force_flush(SHUTDOWN_TIMEOUT_MS):
-            log.warning("proxy traces: not every queued span was exported at shutdown")
-        self.provider.shutdown()
+
+NICENESS = 10
+
+
+def main() -> int:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    # Relaying comes first: on a machine with no core to spare, the exporter gets what
+    # the relay leaves, and the spans it cannot keep up with are dropped, not waited for.
+    os.nice(NICENESS)
+    logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = TraceSettings.from_env(os.environ)
+    except FaultdayError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if settings is None:
+        print("error: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is not set", file=sys.stderr)
+        return 2
+    tp, tracer = provider(settings)
+    try:
+        pump(sys.stdin.buffer, tracer)
+    finally:
+        tp.shutdown()  # the BatchSpanProcessor's queue goes out first
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

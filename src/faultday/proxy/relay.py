@@ -293,7 +293,8 @@ class Connection:
     def end_span(self, span: RequestSpan) -> None:
         tracing = self.tracing
         assert tracing is not None
-        tracing.end(span, name=self.proxy.span_name, edge=self.proxy.span_edge)
+        proxy = self.proxy
+        tracing.end(span, name=proxy.span_name, edge=proxy.name, upstream=proxy.upstream)
 
     def fail_spans(self, why: str) -> None:
         """End every traced request still waiting for (the rest of) its response."""

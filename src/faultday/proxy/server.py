@@ -19,7 +19,7 @@ import signal
 import socket
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from pydantic import JsonValue
 
@@ -30,10 +30,7 @@ from faultday.proxy.models import ProxySpec, split_hostport
 from faultday.proxy.native import KIND_HTTP, Counters, NativeRelay, Released, discard
 from faultday.proxy.relay import Connection, PipePool
 from faultday.proxy.toxics import Toxic
-from faultday.proxy.tracing import EDGE_DISABLED, AttributeValue, edge_attributes
-
-if TYPE_CHECKING:
-    from faultday.proxy.otlp import ProxyTracing
+from faultday.proxy.tracing import EDGE_DISABLED, ProxyTracing
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +119,6 @@ class Proxy:
         self.upstream = spec.upstream
         self.listen = spec.listen
         self.span_name = f"proxy {spec.name}"
-        self.span_edge: dict[str, AttributeValue] = edge_attributes(spec.name, spec.upstream)
         self.enabled = False
         self.toxics: list[Toxic] = []
         self.counters = LiveCounters()
@@ -176,7 +172,6 @@ class Proxy:
 
     def set_upstream(self, upstream: str) -> None:
         self.upstream = upstream
-        self.span_edge = edge_attributes(self.name, upstream)
         self._addr = None
 
     # ---- connections -------------------------------------------------------------------
@@ -437,6 +432,8 @@ class ProxyServer:
         server = await self._loop.create_server(handler.connection, self.host, self.port)
         self.port = int(server.sockets[0].getsockname()[1])
         self.relay = NativeRelay.start(self._loop, self._handoff, self._native_closed)
+        if self.tracing is not None:
+            self.tracing.start(self._loop)
         log.info("faultday proxy API listening on %s", self.api_url)
         try:
             for spec in self._initial:
