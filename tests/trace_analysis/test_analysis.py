@@ -107,31 +107,83 @@ def test_the_client_time_beyond_the_root_is_the_network_hop() -> None:
     assert sum(h.share for h in w.hops) == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("edge_attr", ["fault.edge", "proxy.edge"])
-def test_the_proxy_is_transparent_and_its_toxics_listed(edge_attr: str) -> None:
+TOXICS = "latency(latency=50,jitter=0); bandwidth[upstream](rate=100)"
+
+
+@pytest.mark.parametrize(
+    ("service", "edge_attr", "upstream_under_proxy"),
+    [
+        ("proxy", "fault.edge", False),  # docs/proxy.md: the upstream is the proxy's sibling
+        ("proxy", "fault.edge", True),
+        ("edge-relay", "proxy.edge", False),
+    ],
+)
+def test_the_proxy_is_transparent_and_its_toxics_listed(
+    service: str, edge_attr: str, upstream_under_proxy: bool
+) -> None:
     tb = TraceBuilder(trace_id(5), t=1.0)
     root = tb.root(100)
     call = tb.add("agent", "qdrant search", 10, 90, parent=root, kind=SpanKind.CLIENT)
     relay = tb.add(
-        "faultday-proxy",
-        "relay",
+        service,
+        "proxy agent-qdrant",
         12,
         88,
         parent=call,
-        attrs={edge_attr: "agent-qdrant", "fault.toxics": "latency,bandwidth"},
+        attrs={
+            edge_attr: "agent-qdrant",
+            "fault.toxics": TOXICS,
+            "fault.toxic.types": '["latency", "bandwidth"]',
+            "fault.toxic.count": 2,
+            "fault.toxic.latency_ms": 50,
+        },
     )
-    tb.add("qdrant", "search", 70, 85, parent=relay, kind=SpanKind.SERVER)
+    upstream = relay if upstream_under_proxy else call
+    tb.add("qdrant", "POST /points/search", 20, 35, parent=upstream, kind=SpanKind.SERVER)
+    # A parallel call of the agent's that overlaps the relay is never taken for its upstream.
+    tb.add("agent", "redis get", 50, 60, parent=call, kind=SpanKind.CLIENT)
 
     w = run(tb.spans, [request(tb.trace, 1.0, 0.1)]).windows[0]
 
     by = hops(w)
-    assert "faultday-proxy/relay" not in by
+    assert f"{service}/proxy agent-qdrant" not in by
+    assert by["qdrant/POST /points/search"].time_s == pytest.approx(0.015)
     qdrant_call = by["agent/qdrant search"]
     assert qdrant_call.time_s == pytest.approx(0.004 + 0.061)  # its own + the relay's self time
-    assert qdrant_call.faults == ["bandwidth", "latency"]
+    assert qdrant_call.faults == sorted(TOXICS.split("; "))
     assert qdrant_call.count == 1
+    assert by["agent/redis get"].time_s == 0.0
     assert w.top is not None
     assert (w.top.service, w.top.span) == ("agent", "qdrant search")
+    assert sum(h.share for h in w.hops) == pytest.approx(1.0)
+
+
+def test_the_toxic_types_stand_in_when_the_texts_are_absent() -> None:
+    tb = TraceBuilder(trace_id(8), t=1.0)
+    root = tb.root(100)
+    call = tb.add("agent", "llm chat", 0, 100, parent=root, kind=SpanKind.CLIENT)
+    tb.add(
+        "proxy",
+        "proxy agent-llm",
+        1,
+        99,
+        parent=call,
+        status=SpanStatus.ERROR,
+        attrs={
+            "fault.edge": "agent-llm",
+            "fault.toxic.types": '["http_error"]',
+            "fault.injected_response": True,
+            "error.type": "http_error",
+        },
+    )
+
+    out = run(tb.spans, [request(tb.trace, 1.0, 0.1, ok=False, status=503)])
+
+    assert hops(out.windows[0])["agent/llm chat"].faults == ["http_error"]
+    relay = out.exemplars[0].spans[2]
+    assert "toxic http_error" in relay.note
+    assert "answered by the proxy" in relay.note
+    assert "error: http_error" in relay.note
 
 
 def test_an_llm_request_is_split_into_queue_prefill_and_decode() -> None:
@@ -285,7 +337,7 @@ def test_exemplars_with_notes_and_a_truncated_waterfall() -> None:
         5,
         55,
         parent=failed_root,
-        attrs={"fault.edge": "agent-llm", "fault.toxics": '["reset_peer"]'},
+        attrs={"fault.edge": "agent-llm", "fault.toxics": "reset_peer(toxicity=1)"},
         status=SpanStatus.ERROR,
         message="connection reset",
     )
@@ -335,7 +387,7 @@ def test_exemplars_with_notes_and_a_truncated_waterfall() -> None:
     assert "backoff 0.1 s" in notes[2]
     fail = by_kind["failed"]
     assert (fail.trace_id, fail.status, fail.window) == (failed.trace, 502, "during reset")
-    assert "toxic reset_peer" in fail.spans[1].note
+    assert "toxic reset_peer(toxicity=1)" in fail.spans[1].note
     assert "edge agent-llm" in fail.spans[1].note
     assert "error: connection reset" in fail.spans[1].note
     assert by_kind["degraded"].trace_id == degraded.trace

@@ -52,8 +52,12 @@ LLM_PHASES = (
 PROXY_SERVICES = frozenset({"proxy", "faultday-proxy"})
 EDGE_ATTRS = ("fault.edge", "proxy.edge")
 FAULT_PREFIX = "fault."
-# Attributes whose value is a list of toxic names (comma-separated or JSON array text).
-TOXIC_LIST_ATTRS = frozenset({"fault.toxics", "fault.toxic", "fault.names"})
+TOXICS_ATTR = "fault.toxics"  # "latency(latency=500,jitter=0); bandwidth[upstream](rate=…)"
+TOXIC_TYPES_ATTR = "fault.toxic.types"  # their types, when the texts are absent
+TOXIC_PREFIX = "fault.toxic."  # types, count, latency_ms, jitter_ms: summaries of the texts
+INJECTED_ATTR = "fault.injected_response"  # an http_error toxic answered, not the upstream
+PROXY_FAULT_ATTRS = frozenset({*EDGE_ATTRS, TOXICS_ATTR, INJECTED_ATTR})
+ADOPT_SCAN = 8  # proxies looked at around a sibling's start: retries make a few, not many
 MODEL_ATTRS = ("gen_ai.response.model", "gen_ai.request.model", "llm.model", "model")
 STATUS_ATTRS = ("http.response.status_code", "http.status_code")
 ERROR_ATTRS = ("exception.message", "error.message", "error.type", "faultday.result")
@@ -112,7 +116,8 @@ class _Trace:
     trace_id: str
     spans: tuple[Span, ...]  # deduplicated by span id, by start
     by_id: Mapping[str, Span]
-    children: Mapping[str, tuple[Span, ...]]  # by start
+    children: Mapping[str, tuple[Span, ...]]  # by start, as recorded
+    path_children: Mapping[str, tuple[Span, ...]]  # the same, each proxy adopting its upstream
     tops: tuple[Span, ...]  # the spans whose parent is absent, by start: roots of subtrees
 
     @property
@@ -201,7 +206,7 @@ def _index(spans: Iterable[Span]) -> dict[str, _Trace]:
 
 
 def _trace(trace_id: str, by_id: dict[str, Span]) -> _Trace:
-    ordered = tuple(sorted(by_id.values(), key=lambda s: (s.start_ns, s.span_id)))
+    ordered = tuple(sorted(by_id.values(), key=_by_start))
     children: dict[str, list[Span]] = defaultdict(list)
     parentless: list[Span] = []
     for s in ordered:
@@ -209,13 +214,61 @@ def _trace(trace_id: str, by_id: dict[str, Span]) -> _Trace:
             children[s.parent_id].append(s)
         else:
             parentless.append(s)
+    kids = {k: tuple(v) for k, v in children.items()}
     return _Trace(
         trace_id=trace_id,
         spans=ordered,
         by_id=by_id,
-        children={k: tuple(v) for k, v in children.items()},
+        children=kids,
+        path_children=_adopted(kids),
         tops=tuple(parentless),
     )
+
+
+def _adopted(children: dict[str, tuple[Span, ...]]) -> dict[str, tuple[Span, ...]]:
+    """Children for the critical path: a proxy's upstream span moved under the proxy.
+
+    The proxy passes the caller's traceparent on untouched (docs/proxy.md, "Traces"), so
+    the upstream's SERVER span is the proxy span's sibling, inside it in time. Left so,
+    the proxy span (which ends last) would hide the upstream's own time on the path.
+    A SERVER sibling goes to the proxy it overlaps most, if that covers half of it or more
+    (the caller's own calls are CLIENT or INTERNAL spans and stay where they are).
+    """
+    out = dict(children)
+    for parent_id, kids in children.items():
+        proxies = [k for k in kids if _is_proxy(k)]
+        if not proxies or len(proxies) == len(kids):
+            continue
+        proxy_ids = {p.span_id for p in proxies}
+        starts = [p.start_ns for p in proxies]  # kids, hence proxies, are by start
+        adopted: dict[str, list[Span]] = defaultdict(list)
+        kept: list[Span] = []
+        for k in kids:
+            proxy = None
+            if k.span_id not in proxy_ids and k.kind is SpanKind.SERVER:
+                proxy = _most_overlapping(proxies, starts, k)
+            if proxy is None:
+                kept.append(k)
+            else:
+                adopted[proxy.span_id].append(k)
+        out[parent_id] = tuple(kept)
+        for proxy_id, more in adopted.items():
+            out[proxy_id] = tuple(sorted((*out.get(proxy_id, ()), *more), key=_by_start))
+    return out
+
+
+def _most_overlapping(proxies: Sequence[Span], starts: Sequence[int], span: Span) -> Span | None:
+    at = bisect.bisect_right(starts, span.start_ns)
+    best: tuple[int, Span] | None = None
+    for p in proxies[max(0, at - ADOPT_SCAN) : at + ADOPT_SCAN]:
+        overlap = min(p.end_ns, span.end_ns) - max(p.start_ns, span.start_ns)
+        if overlap * 2 >= span.end_ns - span.start_ns > 0 and (best is None or overlap > best[0]):
+            best = (overlap, p)
+    return None if best is None else best[1]
+
+
+def _by_start(s: Span) -> tuple[int, str]:
+    return (s.start_ns, s.span_id)
 
 
 def _join(
@@ -347,7 +400,7 @@ def _critical_path(
         if span.span_id in seen or hi <= lo:
             continue
         seen.add(span.span_id)
-        chosen = _critical_children(trace.children.get(span.span_id, ()), lo, hi)
+        chosen = _critical_children(trace.path_children.get(span.span_id, ()), lo, hi)
         gaps: list[tuple[int, int]] = []
         cursor = hi
         for c_lo, c_hi, child in chosen:
@@ -444,23 +497,30 @@ def _attribution(trace: _Trace, span: Span, memo: dict[str, _Hop]) -> _Hop:
 
 
 def _faults(attrs: Mapping[str, AttrValue]) -> list[str]:
-    """The toxics a span names in its ``fault.*`` attributes (the proxy's)."""
+    """The toxics a span names in its ``fault.*`` attributes (the proxy's, docs/proxy.md)."""
     out: list[str] = []
     if not attrs:
         return out
+    toxics = attrs.get(TOXICS_ATTR)
+    if isinstance(toxics, str) and toxics.strip():
+        out.extend(_names(toxics, sep=";"))
+    elif isinstance(types := attrs.get(TOXIC_TYPES_ATTR), str):
+        out.extend(_names(types, sep=","))
     for key, value in attrs.items():
-        if not key.startswith(FAULT_PREFIX) or key in EDGE_ATTRS:
+        # Other fault.* attributes (a fault another component names), key and value.
+        if not key.startswith(FAULT_PREFIX) or key in PROXY_FAULT_ATTRS:
             continue
-        if key in TOXIC_LIST_ATTRS and isinstance(value, str):
-            out.extend(_names(value))
-        elif value is True:
+        if key.startswith(TOXIC_PREFIX):
+            continue
+        if value is True:
             out.append(key.removeprefix(FAULT_PREFIX))
-        elif value not in (False, "", None):
+        elif value not in (False, ""):
             out.append(f"{key.removeprefix(FAULT_PREFIX)} {value}")
     return out
 
 
-def _names(text: str) -> list[str]:
+def _names(text: str, *, sep: str) -> list[str]:
+    """Names from a JSON array's text (how OTLP arrays are kept) or a separated list."""
     if text.startswith("["):
         try:
             parsed = json.loads(text)
@@ -468,7 +528,7 @@ def _names(text: str) -> list[str]:
             parsed = None
         if isinstance(parsed, list):
             return [str(x) for x in parsed if str(x)]
-    return [part.strip() for part in text.split(",") if part.strip()]
+    return [part.strip() for part in text.split(sep) if part.strip()]
 
 
 def _number(value: AttrValue | None) -> float | None:
@@ -687,6 +747,8 @@ def _note(span: Span) -> str:
     if edge is not None:
         parts.append(f"edge {edge}")
     parts.extend(f"toxic {f}" for f in _faults(attrs))
+    if attrs.get(INJECTED_ATTR) is True:
+        parts.append("answered by the proxy")
     phases = _llm_phases(span)
     if phases:
         parts.append(", ".join(f"{p} {(hi - lo) / 1e9:.3g} s" for p, lo, hi in phases))
