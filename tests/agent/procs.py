@@ -124,7 +124,9 @@ class Procs:
                     raise
                 time.sleep(0.05)
 
-    def llmsim(self, model: str, *extra: str) -> tuple[Proc, str]:
+    def llmsim(
+        self, model: str, *extra: str, env: dict[str, str] | None = None
+    ) -> tuple[Proc, str]:
         port = free_port()
         p = self._proc(
             f"llm-{model}",
@@ -144,12 +146,13 @@ class Procs:
                 str(self.tmp / f"llm-{model}.port"),
                 *extra,
             ],
+            env,
         ).start()
         url = f"http://127.0.0.1:{port}"
         p.wait_http(url + "/health")
         return p, url
 
-    def tools(self, *extra: str) -> tuple[Proc, str]:
+    def tools(self, *extra: str, env: dict[str, str] | None = None) -> tuple[Proc, str]:
         port = free_port()
         p = self._proc(
             "tools",
@@ -163,6 +166,7 @@ class Procs:
                 str(self.tmp / "tools-data"),
                 *extra,
             ],
+            env,
         ).start()
         url = f"http://127.0.0.1:{port}"
         p.wait_http(url + "/health")
@@ -176,6 +180,8 @@ class Procs:
         port: int | None = None,
         config: Path | None = None,
         name: str = "agent",
+        env: dict[str, str] | None = None,
+        traces: bool = True,
     ) -> tuple[Proc, str]:
         port = port or free_port()
         argv = [
@@ -188,14 +194,13 @@ class Procs:
             str(config or REPO / "stack" / "agent.yaml"),
             "--policy",
             policy,
-            "--traces",
-            str(self.tmp / "traces.jsonl"),
+            *(["--traces", str(self.tmp / "traces.jsonl")] if traces else []),
             "--audit",
             str(self.tmp / "audit.jsonl"),
         ]
         for k, v in urls.items():
             argv += [f"--{k}", v]
-        p = self._proc(name, argv).start()
+        p = self._proc(name, argv, env).start()
         url = f"http://127.0.0.1:{port}"
         p.wait_http(url + "/health")
         return p, url

@@ -41,7 +41,11 @@ def main(argv: list[str] | None = None) -> None:
         default=_env("llm-canary"),
         help="base URL of the canary model version (models.canary in the config)",
     )
-    p.add_argument("--traces", default=_env("traces"), help="JSONL file for spans")
+    p.add_argument(
+        "--traces",
+        default=_env("traces"),
+        help="also write spans to this JSONL file (OTLP: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)",
+    )
     p.add_argument("--audit", default=_env("audit"), help="JSONL audit log")
     p.add_argument("--log-level", default=_env("log_level", "info"))
     a = p.parse_args(argv)
@@ -76,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
                 tools=a.tools,
                 llm_canary=a.llm_canary,
             ),
-            traces=Path(a.traces) if a.traces else work / "traces.jsonl",
+            traces=Path(a.traces) if a.traces else None,
             audit=Path(a.audit) if a.audit else work / "audit.jsonl",
             policy_name=a.policy,
         )

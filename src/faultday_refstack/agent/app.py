@@ -14,8 +14,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, HTTPException, Path, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from opentelemetry.propagate import extract
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, Status, StatusCode, get_current_span
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,6 +22,7 @@ from faultday_refstack.agent.config import Text
 from faultday_refstack.agent.resilience import Deadline
 from faultday_refstack.agent.runtime import Runtime, Unavailable
 from faultday_refstack.agent.tasks import Task, TaskEngine, TaskRequest
+from faultday_refstack.otel import extract
 from faultday_wire.admin import CanaryShare
 from faultday_wire.answers import ANSWER_HEADER, CANNED
 from faultday_wire.policy import Admission
@@ -152,12 +152,17 @@ def build_app(  # noqa: PLR0915 - every route of the runtime in one place
         t0 = time.monotonic()
         with rt.tracer.start_as_current_span(
             f"{request.method} {label}",
-            context=extract(dict(request.headers)),
+            # A child of the caller's traceparent (the load sends one per request).
+            context=extract(request.scope["headers"]),
             kind=SpanKind.SERVER,
+            attributes={"http.request.method": request.method, "http.route": label},
         ) as span:
             trace_id = f"{span.get_span_context().trace_id:032x}"
             request.state.trace_id = trace_id
             if gated and not await gate.enter():
+                span.set_attributes(
+                    {"http.response.status_code": 429, "faultday.admission": "rejected"}
+                )
                 rt.metrics.rejected.inc()
                 rt.metrics.requests.labels(label, "429").inc()
                 ra = max(1, round(rt.policy.admission.retry_after))
@@ -178,7 +183,9 @@ def build_app(  # noqa: PLR0915 - every route of the runtime in one place
                 if gated:
                     await gate.leave()
                     rt.metrics.in_flight.set(gate.in_flight)
-            span.set_attribute("http.status_code", response.status_code)
+            span.set_attribute("http.response.status_code", response.status_code)
+            if response.status_code >= 500:
+                span.set_status(Status(StatusCode.ERROR, f"HTTP {response.status_code}"))
         response.headers[TRACE_HEADER] = trace_id
         rt.metrics.requests.labels(label, str(response.status_code)).inc()
         rt.metrics.request_seconds.labels(label).observe(time.monotonic() - t0)
@@ -240,6 +247,9 @@ def build_app(  # noqa: PLR0915 - every route of the runtime in one place
                 )
         except Unavailable as exc:
             rt.metrics.degraded.labels("unavailable").inc()
+            get_current_span().set_attributes(
+                {"faultday.degraded": True, "faultday.degraded_reasons": ["unavailable"]}
+            )
             return _unavailable(str(exc), exc.retry_after, trace_id)
         except TimeoutError:
             return _unavailable("request deadline exceeded", 1.0, trace_id, status=504)

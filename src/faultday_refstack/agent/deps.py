@@ -14,11 +14,13 @@ import json
 import logging
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import redis.asyncio as aioredis
+from opentelemetry.trace import get_current_span
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
@@ -26,6 +28,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from faultday_refstack.agent.resilience import Permanent, Retryable
+from faultday_refstack.otel import inject
+
+if TYPE_CHECKING:
+    from mcp import Client as McpClient
 
 log = logging.getLogger(__name__)
 
@@ -142,9 +148,11 @@ class Llm:
         if tools:
             body["tools"] = tools
         try:
-            resp = await self.http.post(self.url, json=body, timeout=timeout)
+            resp = await self.http.post(self.url, json=body, timeout=timeout, headers=inject())
         except httpx.HTTPError as exc:
             raise Retryable(f"{type(exc).__name__}: {exc}") from exc
+        span = get_current_span()  # the attempt's CLIENT span (resilience.py)
+        span.set_attribute("http.response.status_code", resp.status_code)
         if resp.status_code >= 400:
             raise _status_error(resp.status_code, _error_message(resp), _retry_after(resp.headers))
         try:
@@ -156,12 +164,20 @@ class Llm:
             raise Retryable("empty completion (no choices)")
         msg = choices[0].get("message") or {}
         usage = data.get("usage") or {}
-        return LlmReply(
+        reply = LlmReply(
             text=msg.get("content") or "",
             model=data.get("model") or self.model,
             tool_calls=_tool_calls(msg.get("tool_calls") or []),
             completion_tokens=int(usage.get("completion_tokens") or 0),
         )
+        span.set_attributes(
+            {
+                "gen_ai.response.model": reply.model,
+                "gen_ai.usage.completion_tokens": reply.completion_tokens,
+                "gen_ai.usage.prompt_tokens": int(usage.get("prompt_tokens") or 0),
+            }
+        )
+        return reply
 
     async def close(self) -> None:
         await self.http.aclose()
@@ -215,9 +231,10 @@ class Embedder:
             "outputs": [{"name": self.output_name}],
         }
         try:
-            resp = await self.http.post(self.url, json=body, timeout=timeout)
+            resp = await self.http.post(self.url, json=body, timeout=timeout, headers=inject())
         except httpx.HTTPError as exc:
             raise Retryable(f"embedder: {type(exc).__name__}: {exc}") from exc
+        get_current_span().set_attribute("http.response.status_code", resp.status_code)
         if resp.status_code != 200:
             raise _status_error(resp.status_code, resp.text[:200], _retry_after(resp.headers))
         try:
@@ -260,9 +277,12 @@ class Vector:
                 # Qdrant's own server-side limit, in whole seconds, as qdrant-client sends it.
                 params={"timeout": max(1, int(timeout + 0.999))},
                 timeout=timeout,
+                headers=inject(),
             )
         except httpx.HTTPError as exc:
             raise Retryable(f"vector: {type(exc).__name__}: {exc}") from exc
+        span = get_current_span()  # the attempt's CLIENT span (resilience.py)
+        span.set_attribute("http.response.status_code", resp.status_code)
         if not 200 <= resp.status_code < 300:
             raise _status_error(resp.status_code, resp.text[:200])
         try:
@@ -274,6 +294,7 @@ class Vector:
                 hits.append(Hit(id=str(p["id"]), score=float(p["score"]), text=text))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise Retryable(f"vector: unexpected response: {resp.text[:200]}") from exc
+        span.set_attribute("retrieval.hits", len(hits))
         return hits
 
     async def close(self) -> None:
@@ -324,14 +345,28 @@ class Tools:
         self.url = url.rstrip("/") + "/mcp" if not url.rstrip("/").endswith("/mcp") else url
         self.sdks = sdks or Sdks()
 
+    @contextlib.asynccontextmanager
+    async def _session(self, timeout: float) -> AsyncIterator[McpClient]:
+        """One short MCP session whose HTTP requests carry the current span's traceparent.
+
+        The SDK also puts the trace context in each request's ``_meta``; the header is what
+        a proxy on the edge (and the tool server's own span) reads.
+        """
+        # Start-up time: the MCP SDK (~0.8 s) loads on a thread once the app serves (SDK_MODULES).
+        from mcp import Client  # noqa: PLC0415
+        from mcp.client.streamable_http import streamable_http_client  # noqa: PLC0415
+        from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: PLC0415
+
+        async with create_mcp_http_client(headers=inject()) as http:
+            transport = streamable_http_client(self.url, http_client=http)
+            async with Client(transport, mode=MCP_PROTOCOL, read_timeout_seconds=timeout) as c:
+                yield c
+
     async def schemas(self, *, timeout: float) -> dict[str, dict[str, Any]]:
         """Each tool's JSON Schema, as the server lists it."""
         await self.sdks.ready()
-        # Start-up time: the MCP SDK (~0.8 s) loads on a thread once the app serves (SDK_MODULES).
-        from mcp import Client as McpClient  # noqa: PLC0415
-
         try:
-            async with McpClient(self.url, mode=MCP_PROTOCOL, read_timeout_seconds=timeout) as c:
+            async with self._session(timeout) as c:
                 listed = await c.list_tools()
         except Exception as exc:
             raise Retryable(f"tools/list: {type(_leaf(exc)).__name__}: {_leaf(exc)}") from exc
@@ -342,11 +377,11 @@ class Tools:
     ) -> ToolResult:
         await self.sdks.ready()
         # Start-up time: the MCP SDK (~0.8 s) loads on a thread once the app serves (SDK_MODULES).
-        from mcp import Client as McpClient  # noqa: PLC0415
         from mcp.shared.exceptions import MCPError  # noqa: PLC0415
 
+        get_current_span().set_attribute("gen_ai.tool.name", name)
         try:
-            async with McpClient(self.url, mode=MCP_PROTOCOL, read_timeout_seconds=timeout) as c:
+            async with self._session(timeout) as c:
                 res = await c.call_tool(name, args, meta=meta)  # type: ignore[arg-type]
         except Exception as exc:
             leaf = _leaf(exc)

@@ -1,22 +1,22 @@
-"""Metrics (Prometheus, one registry per runtime) and traces (OpenTelemetry → JSONL)."""
+"""Metrics (Prometheus, one registry per runtime) and traces (OpenTelemetry: OTLP, JSONL)."""
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     SpanExporter,
     SpanExportResult,
 )
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from faultday_refstack.otel import tracer_provider
 from faultday_wire.metrics import (
     AGENT_BREAKER_STATE,
     AGENT_BREAKER_TRANSITIONS,
@@ -25,6 +25,7 @@ from faultday_wire.metrics import (
 )
 
 PREFIX = AGENT_PREFIX  # the names the harness's checks read are in faultday_wire.metrics
+SERVICE = "agent"  # service.name unless OTEL_SERVICE_NAME says otherwise
 
 
 class Metrics:
@@ -166,22 +167,16 @@ def _span_dict(s: ReadableSpan) -> dict[str, object]:
     }
 
 
-def make_tracer_provider(*, service: str, jsonl: Path | None) -> TracerProvider:
-    """A provider of our own (not the global one): JSONL, plus OTLP when configured."""
-    provider = TracerProvider(resource=Resource.create({"service.name": service}))
-    if jsonl is not None:
-        provider.add_span_processor(
-            BatchSpanProcessor(JsonlSpanExporter(jsonl), schedule_delay_millis=250)
-        )
-    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-        try:
-            # Optional dependency: OTLP export only when an endpoint is set.
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found]  # noqa: PLC0415
-                OTLPSpanExporter,
-            )
-        except ImportError:
-            # OTLP is optional; the JSONL file is what the harness reads.
-            pass
-        else:
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    return provider
+def make_tracer_provider(*, jsonl: Path | None) -> TracerProvider:
+    """The agent's provider (not the global one): OTLP when configured, plus the JSONL file.
+
+    With neither, a provider that records nothing (ALWAYS_OFF) but still makes trace
+    ids: every answer carries one, and the canary split keys on it.
+    """
+    extra = (
+        [BatchSpanProcessor(JsonlSpanExporter(jsonl), schedule_delay_millis=250)]
+        if jsonl is not None
+        else []
+    )
+    provider = tracer_provider(default_service=SERVICE, extra=extra)
+    return provider if provider is not None else TracerProvider(sampler=ALWAYS_OFF)

@@ -10,21 +10,30 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
 import stamina
-from opentelemetry.trace import Status, StatusCode, Tracer
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.util.types import AttributeValue
 from purgatory import AsyncCircuitBreakerFactory
 from purgatory.domain.model import OpenedState
 
 from faultday_refstack.agent.obs import Metrics
 from faultday_refstack.errors import RefstackError
-from faultday_wire.metrics import BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_STATES
+from faultday_wire.metrics import (
+    BREAKER_CLOSED,
+    BREAKER_HALF_OPEN,
+    BREAKER_OPEN,
+    BREAKER_STATES,
+)
 from faultday_wire.policy import Policy
 
 T = TypeVar("T")
+
+# The stack's component behind each dependency (its OTEL_SERVICE_NAME there): peer.service.
+PEER_SERVICE = {"embedder": "triton", "vector": "qdrant"}
 
 
 class DependencyError(RefstackError):
@@ -142,8 +151,15 @@ class Resilience:
         timeout: float,
         deadline: Deadline,
         op: str = "call",
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> T:
-        """Run ``fn(attempt_timeout)`` under the policy; raise DependencyError when it gives up."""
+        """Run ``fn(attempt_timeout)`` under the policy; raise DependencyError when it gives up.
+
+        Spans (docs/agent.md): ``{dep} {op}`` around the whole call, and under it one
+        CLIENT span per attempt that reached the dependency (``fn`` runs inside it, so
+        its outgoing request carries that span's ``traceparent``) or an ERROR span per
+        attempt the breaker refused.
+        """
         budget = self._budget(dep)
         if budget is not None:
             budget.deposit()
@@ -159,10 +175,18 @@ class Resilience:
                 return exc.retry_after
             return True
 
-        with self.tracer.start_as_current_span(f"{dep} {op}") as span:
-            span.set_attribute("faultday.dependency", dep)
-            span.set_attribute("faultday.op", op)
+        peer = PEER_SERVICE.get(dep, dep)
+        attrs: dict[str, AttributeValue] = {
+            "faultday.dependency": dep,
+            "faultday.op": op,
+            "peer.service": peer,
+            **(attributes or {}),
+        }
+        with self.tracer.start_as_current_span(
+            f"{dep} {op}", attributes=attrs, record_exception=False, set_status_on_exception=False
+        ) as span:
             attempts = 0
+            last_end: float | None = None
             try:
                 async for attempt in stamina.retry_context(
                     on=should_retry,
@@ -176,48 +200,111 @@ class Resilience:
                         attempts = attempt.num
                         if attempts > 1:
                             self.metrics.retries.labels(dep).inc()
-                        result = await self._attempt(dep, fn, timeout=timeout, deadline=deadline)
-                span.set_attribute("faultday.attempts", attempts)
+                        # What stamina slept before this attempt, as it happened (jitter included).
+                        slept = 0.0 if last_end is None else time.monotonic() - last_end
+                        try:
+                            result = await self._attempt(
+                                dep,
+                                fn,
+                                timeout=timeout,
+                                deadline=deadline,
+                                span_attrs={
+                                    "peer.service": peer,
+                                    "retry.attempt": attempts,
+                                    "retry.backoff_s": round(slept, 6),
+                                    **(attributes or {}),
+                                },
+                                name=f"{dep} {op} attempt",
+                            )
+                        finally:
+                            last_end = time.monotonic()
+                span.set_attributes(
+                    {
+                        "faultday.attempts": attempts,
+                        "faultday.result": "ok",
+                        "breaker.state": self.breaker_state(dep),
+                    }
+                )
                 self.metrics.dep_calls.labels(dep, "ok").inc()
                 return result
             except OpenedState as exc:
-                self._fail(span, dep, "breaker_open", attempts)
+                self._fail(span, dep, "breaker_open", attempts, "circuit breaker open")
                 raise DependencyError(dep, "circuit breaker open") from exc
             except (Retryable, Permanent) as exc:
                 kind = "retryable" if isinstance(exc, Retryable) else "permanent"
-                self._fail(span, dep, f"error_{kind}", attempts)
+                self._fail(span, dep, f"error_{kind}", attempts, str(exc))
                 raise DependencyError(
                     dep, str(exc), retry_after=getattr(exc, "retry_after", None)
                 ) from exc
 
-    def _fail(self, span: object, dep: str, result: str, attempts: int) -> None:
+    def _fail(self, span: Span, dep: str, result: str, attempts: int, message: str) -> None:
         self.metrics.dep_calls.labels(dep, result).inc()
-        set_attr = getattr(span, "set_attribute", None)
-        if set_attr is not None:
-            set_attr("faultday.attempts", attempts)
-            set_attr("faultday.result", result)
-        set_status = getattr(span, "set_status", None)
-        if set_status is not None:
-            set_status(Status(StatusCode.ERROR, result))
+        span.set_attributes(
+            {
+                "faultday.attempts": attempts,
+                "faultday.result": result,
+                "breaker.state": self.breaker_state(dep),
+            }
+        )
+        span.set_status(Status(StatusCode.ERROR, message[:300]))
 
     async def _attempt(
-        self, dep: str, fn: Callable[[float], Awaitable[T]], *, timeout: float, deadline: Deadline
+        self,
+        dep: str,
+        fn: Callable[[float], Awaitable[T]],
+        *,
+        timeout: float,
+        deadline: Deadline,
+        span_attrs: dict[str, AttributeValue],
+        name: str,
     ) -> T:
         budget_s = deadline.cap(timeout)
         if budget_s <= 0:
             raise Permanent("deadline exceeded before the call")
         if not self.policy.breakers.enabled:
             self.metrics.attempts.labels(dep).inc()
-            return await _timed(fn, budget_s)
+            return await self._traced(name, fn, budget_s, span_attrs)
         breaker = await self.breakers.get_breaker(dep)
-        async with breaker:
-            # purgatory publishes state changes only when the block exits, so a half-open
-            # probe would show as open → closed; publish it while the probe is in flight.
-            if breaker.context.state == BREAKER_HALF_OPEN:
-                self._on_breaker_event(dep, "state_changed", breaker.context)
-            # Counted only once the breaker let it through: a call that reached the dependency.
-            self.metrics.attempts.labels(dep).inc()
-            return await _timed(fn, budget_s)
+        try:
+            async with breaker:
+                # purgatory publishes state changes only when the block exits, so a half-open
+                # probe would show as open → closed; publish it while the probe is in flight.
+                state = breaker.context.state
+                if state == BREAKER_HALF_OPEN:
+                    self._on_breaker_event(dep, "state_changed", breaker.context)
+                # Counted only once the breaker let it through: a call that reached the dependency.
+                self.metrics.attempts.labels(dep).inc()
+                span_attrs["breaker.state"] = state
+                return await self._traced(name, fn, budget_s, span_attrs)
+        except OpenedState:
+            # The refusal is a decision of ours, not a call: an INTERNAL span, in error.
+            with self.tracer.start_as_current_span(
+                f"{dep} breaker open",
+                attributes={**span_attrs, "breaker.state": BREAKER_OPEN},
+            ) as refused:
+                refused.set_status(Status(StatusCode.ERROR, "circuit breaker open"))
+            raise
+
+    async def _traced(
+        self,
+        name: str,
+        fn: Callable[[float], Awaitable[T]],
+        seconds: float,
+        attrs: dict[str, AttributeValue],
+    ) -> T:
+        with self.tracer.start_as_current_span(
+            name,
+            kind=SpanKind.CLIENT,
+            attributes=attrs,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            try:
+                return await _timed(fn, seconds)
+            except (Retryable, Permanent) as exc:
+                span.set_attribute("error.type", type(exc).__name__)
+                span.set_status(Status(StatusCode.ERROR, str(exc)[:300]))
+                raise
 
 
 async def _timed(fn: Callable[[float], Awaitable[T]], seconds: float) -> T:

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import Status, StatusCode, Tracer, get_current_span
+from opentelemetry.util.types import AttributeValue
 
 from faultday_refstack.agent.audit import AuditLog
 from faultday_refstack.agent.canary import CanarySplit
@@ -82,7 +83,7 @@ class Runtime:
         self.policy_name = policy_name
         self.endpoints = endpoints
         self.metrics = Metrics()
-        self.tracer_provider = make_tracer_provider(service="faultday-agent", jsonl=traces)
+        self.tracer_provider = make_tracer_provider(jsonl=traces)
         self.tracer: Tracer = self.tracer_provider.get_tracer("faultday.agent")
         self.res = Resilience(policy, self.metrics, self.tracer)
         self.sdks = Sdks()  # the MCP SDK, for Tools; the app preloads it once it serves
@@ -129,7 +130,7 @@ class Runtime:
                 await closer()
             except Exception as exc:  # noqa: BLE001 - shutting down; report and go on
                 log.warning("closing a client failed: %s", exc)
-        self.tracer_provider.shutdown()
+        self.tracer_provider.shutdown()  # flushes the spans still queued
 
     # -- redis helpers -----------------------------------------------------------------
     async def redis(self, op: str, make: Any, *, deadline: Deadline) -> Any:
@@ -176,9 +177,10 @@ class Runtime:
                 timeout=t.model_call,
                 deadline=Deadline(max(0.0, deadline.remaining() - reserve)),
                 op="chat",
+                attributes=_chat_attrs(llm),
             )
         except DependencyError as exc:
-            self._hop("llm", "primary", str(exc))
+            self._hop("llm", "canary", "primary", str(exc))
             return None
 
     # -- LLM chain -----------------------------------------------------------------------
@@ -213,11 +215,12 @@ class Runtime:
                 timeout=t.model_call,
                 deadline=primary_deadline,
                 op="chat",
+                attributes=_chat_attrs(self.llm_primary),
             )
         except DependencyError as exc:
             if not fallback:
                 raise Unavailable(f"llm: {exc}", retry_after=exc.retry_after or 1.0) from exc
-            self._hop("llm", "backup", str(exc))
+            self._hop("llm", "primary", "backup", str(exc))
         try:
             reply = await self.res.call(
                 "llm-backup",
@@ -225,20 +228,27 @@ class Runtime:
                 timeout=t.model_call,
                 deadline=deadline,
                 op="chat",
+                attributes=_chat_attrs(self.llm_backup),
             )
         except DependencyError as exc:
-            self._hop("llm", "canned", str(exc))
+            self._hop("llm", "backup", "canned", str(exc))
             out.mark("llm_unavailable")
             return LlmReply(text=self.cfg.canned_answer, model=CANNED, canned=True)
         out.mark("llm_backup")
         return reply
 
-    def _hop(self, capability: str, to: str, why: str) -> None:
+    def _hop(self, capability: str, frm: str, to: str, why: str) -> None:
+        """A fallback taken: counted, and a span saying from what, to what and why."""
         self.metrics.fallbacks.labels(capability, to).inc()
-        with self.tracer.start_as_current_span(f"fallback {capability} -> {to}") as span:
-            span.set_attribute("faultday.fallback.capability", capability)
-            span.set_attribute("faultday.fallback.to", to)
-            span.set_attribute("faultday.fallback.why", why[:300])
+        self.tracer.start_span(
+            f"fallback {capability} -> {to}",
+            attributes={
+                "fallback.capability": capability,
+                "fallback.from": frm,
+                "fallback.to": to,
+                "fallback.reason": why[:300],
+            },
+        ).end()
 
     # -- chat ----------------------------------------------------------------------------
     async def chat(
@@ -256,9 +266,7 @@ class Runtime:
         history: list[dict[str, Any]] | None = []
         try:
             raw = (
-                await self.redis(
-                    "history", lambda: self.store.r.lrange(key, -turns, -1), deadline=deadline
-                )
+                await self.redis("history", lambda: self._history(key, turns), deadline=deadline)
                 if turns
                 else []
             )
@@ -266,7 +274,7 @@ class Runtime:
         except DependencyError as exc:
             if not self.policy.fallback:
                 raise Unavailable(f"history: {exc}") from exc
-            self._hop("history", "none", str(exc))
+            self._hop("history", "redis", "none", str(exc))
             out.mark("history_unavailable")
             history = None
         hits: list[Hit] = []
@@ -284,6 +292,15 @@ class Runtime:
             await self._save_turns(key, message, reply.text, deadline=deadline, out=out)
         for reason in out.degraded:
             self.metrics.degraded.labels(reason).inc()
+        # The request's SERVER span (current here): what answered, and how degraded.
+        get_current_span().set_attributes(
+            {
+                "gen_ai.response.model": reply.model,
+                "faultday.canned": reply.canned,
+                "faultday.degraded": bool(out.degraded),
+                "faultday.degraded_reasons": out.degraded,
+            }
+        )
         return {
             "answer": reply.text,
             "model": reply.model,
@@ -294,6 +311,12 @@ class Runtime:
             "policy": self.policy_name,
             "usage": {"completion_tokens": reply.completion_tokens},
         }
+
+    async def _history(self, key: str, turns: int) -> list[bytes | str]:
+        """The session's last turns; a hit or a miss on the attempt's span (cache.hit)."""
+        raw: list[bytes | str] = await self.store.r.lrange(key, -turns, -1)
+        get_current_span().set_attribute("cache.hit", bool(raw))
+        return raw
 
     def _count_answer(self, reply: LlmReply) -> None:
         self.metrics.model_requests.labels(reply.model).inc()
@@ -311,6 +334,14 @@ class Runtime:
         return f"You are a concise assistant. Answer from this context:\n{ctx}"
 
     async def _retrieve(self, text: str, *, deadline: Deadline, out: Outcome) -> list[Hit]:
+        with self.tracer.start_as_current_span("retrieval") as span:
+            hits = await self._retrieve_in(text, deadline=deadline, out=out)
+            span.set_attribute("retrieval.hits", len(hits))
+            if "retrieval_unavailable" in out.degraded:
+                span.set_status(Status(StatusCode.ERROR, "retrieval unavailable"))
+            return hits
+
+    async def _retrieve_in(self, text: str, *, deadline: Deadline, out: Outcome) -> list[Hit]:
         t = self.policy.timeouts
         try:
             vec = await self.res.call(
@@ -330,7 +361,7 @@ class Runtime:
         except DependencyError as exc:
             if not self.policy.fallback:
                 raise Unavailable(f"retrieval: {exc}") from exc
-            self._hop("retrieval", "no_context", str(exc))
+            self._hop("retrieval", "rag", "no_context", str(exc))
             out.mark("retrieval_unavailable")
             return []
         self.metrics.retrieval_hits.observe(len(hits))
@@ -356,3 +387,7 @@ class Runtime:
             await self.redis("save_history", write, deadline=deadline)
         except DependencyError:
             out.mark("history_not_saved")
+
+
+def _chat_attrs(llm: Llm) -> dict[str, AttributeValue]:
+    return {"gen_ai.operation.name": "chat", "gen_ai.request.model": llm.model}

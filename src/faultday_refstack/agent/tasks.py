@@ -18,12 +18,14 @@ import uuid
 from enum import StrEnum
 from typing import Any
 
+from opentelemetry.trace import Status, StatusCode, Tracer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from faultday_refstack.agent.config import MAX_ARG_CHARS, MAX_STEPS, Name, Step, Text
 from faultday_refstack.agent.deps import ToolCall
 from faultday_refstack.agent.resilience import Deadline, DependencyError
 from faultday_refstack.agent.runtime import Outcome, Runtime, Unavailable
+from faultday_refstack.otel import PROPAGATOR, inject
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,7 @@ class Task(BaseModel):
     runs: int = 0
     checkpoints: int = 0
     trace_id: str = ""
+    traceparent: str = ""  # the submitting request's span: the task's spans join its trace
 
     @property
     def finished(self) -> bool:
@@ -196,6 +199,7 @@ class TaskEngine:
             split=list(req.subtasks) if req.subtasks is not None else None,
             priority=req.priority,
             trace_id=trace_id,
+            traceparent=inject().get("traceparent", ""),
         )
         try:
             return await self._create(task)
@@ -294,7 +298,9 @@ class TaskEngine:
             task.started = time.time()
         task.runs += 1
         budget = self.rt.policy.timeouts.task - (time.time() - task.started)
-        with self.rt.tracer.start_as_current_span(f"task {task.agent}") as span:
+        with self.rt.tracer.start_as_current_span(
+            f"task {task.agent}", context=PROPAGATOR.extract({"traceparent": task.traceparent})
+        ) as span:
             span.set_attribute("faultday.task", task.id)
             span.set_attribute("faultday.task.run", task.runs)
             if not task.trace_id:
@@ -394,6 +400,7 @@ class TaskEngine:
         t0 = time.monotonic()
         if not allowed:
             self.rt.metrics.tool_calls.labels(step.tool, "denied").inc()
+            _denied_span(self.rt.tracer, step.tool)
             await self._audit(
                 task, step, args, decision="denied", result="not in the agent's allowlist", t0=None
             )
@@ -416,6 +423,7 @@ class TaskEngine:
                 timeout=self.rt.policy.timeouts.tool_call,
                 deadline=deadline,
                 op=step.tool,
+                attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": step.tool},
             )
         except DependencyError as exc:
             self.rt.metrics.tool_calls.labels(step.tool, "error").inc()
@@ -512,6 +520,7 @@ class TaskEngine:
                 idempotency_key=f"{task.idempotency_key}/{k}",
                 depends_on=[ids[d] for d in deps if 0 <= d < len(ids) and d != k],
                 trace_id=task.trace_id,
+                traceparent=inject().get("traceparent", ""),
             )
             if await self.get(child.id) is None:
                 await self._create(child)
@@ -573,6 +582,20 @@ class TaskEngine:
             return True
         self._requeue_later(task.id, REQUEUE_S, task.priority)
         return False
+
+
+def _denied_span(tracer: Tracer, tool: str) -> None:
+    """A tool call the allowlist refused: never sent, so an INTERNAL span, in error."""
+    span = tracer.start_span(
+        f"tools {tool}",
+        attributes={
+            "faultday.dependency": "tools",
+            "gen_ai.tool.name": tool,
+            "faultday.result": "denied",
+        },
+    )
+    span.set_status(Status(StatusCode.ERROR, "not in the agent's allowlist"))
+    span.end()
 
 
 def _clean_args(args: dict[str, Any]) -> dict[str, Any]:

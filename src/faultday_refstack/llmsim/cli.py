@@ -78,6 +78,12 @@ def llm(
     gpu_thermal_tau_s: Annotated[
         float | None, typer.Option(rich_help_panel=_GPU, help="Temperature time constant.")
     ] = None,
+    otlp_traces_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            help="OTLP/HTTP traces URL, as vLLM's (else OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)."
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
     access_log: Annotated[bool, typer.Option(help="Log every HTTP request.")] = False,
     port_file: Annotated[str, typer.Option(help="Write the bound port to this file.")] = "",
@@ -127,15 +133,20 @@ def llm(
         level=log_level.upper(),
         format="%(levelname)s %(asctime)s [%(name)s] %(message)s",
     )
-    status = serve(
-        cfg,
-        host=host,
-        port=port,
-        log_level=log_level,
-        access_log=access_log,
-        port_file=port_file,
-        loop=loop,
-    )
+    try:
+        status = serve(
+            cfg,
+            host=host,
+            port=port,
+            log_level=log_level,
+            access_log=access_log,
+            port_file=port_file,
+            loop=loop,
+            otlp_traces_endpoint=otlp_traces_endpoint,
+        )
+    except UsageError as exc:  # the tracing environment (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL)
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
     raise typer.Exit(status)
 
 

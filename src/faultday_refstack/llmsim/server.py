@@ -18,11 +18,12 @@ import socket
 import time
 import uuid
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from opentelemetry.context import Context
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
@@ -65,6 +66,13 @@ from faultday_refstack.llmsim.text import (
     sample_length,
     tokenize,
 )
+from faultday_refstack.llmsim.tracing import (
+    RequestSpans,
+    TraceInfo,
+    request_spans,
+    sampling_value,
+)
+from faultday_refstack.otel import extract
 from faultday_wire.admin import LEAK_PATH, LeakSpec
 from faultday_wire.webguard import allowed_hosts_from_env, check_scope
 
@@ -255,6 +263,7 @@ class Live:
         "sim",
         "text",
         "tool",
+        "trace",
         "waker",
         "words",
     )
@@ -280,6 +289,7 @@ class Live:
         if choice.tool is not None:
             self.pieces = detokenize_pieces(choice.tool.arguments)
         self.text: list[str] = []
+        self.trace: TraceInfo | None = None  # set when spans are written (tracing.py)
 
     def wake(self) -> None:
         self.waker.wake()
@@ -298,6 +308,26 @@ class Live:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class TraceSeed:
+    """What a request's spans take from its HTTP arrival; each choice adds its own id."""
+
+    context: Context
+    arrival_ns: int
+    top_p: float
+    temperature: float
+
+    def info(self, *, request_id: str, max_tokens: int) -> TraceInfo:
+        return TraceInfo(
+            context=self.context,
+            arrival_ns=self.arrival_ns,
+            request_id=request_id,
+            max_tokens=max_tokens,
+            top_p=self.top_p,
+            temperature=self.temperature,
+        )
+
+
 class LlmSim:
     """The simulator: config, engine, metrics, faults; an ASGI application."""
 
@@ -308,8 +338,10 @@ class LlmSim:
         listen_host: str,
         allowed_hosts: tuple[str, ...] = (),
         listen_port: int = 0,
+        spans: RequestSpans | None = None,
     ) -> None:
         self.config = config
+        self.spans = spans  # vLLM's llm_request spans, when an OTLP endpoint is set
         # Where it listens and the extra Host names: what the browser guard checks against.
         self.listen_host = listen_host
         self.allowed_hosts = allowed_hosts
@@ -509,6 +541,11 @@ class LlmSim:
             if req.finish_reason is not None:
                 lv.done = True
             lv.wake()
+        if self.spans is not None:
+            for st in result.finished:
+                fin = live.get(st.req_id)
+                if fin is not None and fin.trace is not None:
+                    self.spans.finished(st, fin.trace)
         self.metrics.record_step(result, cached_tokens=cached)
         self._prompt_total += result.num_prompt_tokens
         self._gen_total += result.num_generation_tokens
@@ -826,12 +863,23 @@ class LlmSim:
         if "messages" in body and body["messages"] is None:
             raise bad_request("'NoneType' object is not iterable")
         req = _validate(ChatCompletionRequest, body)
-        await self._generate(self._parse(req, body), receive, send)
+        await self._generate(self._parse(req, body), receive, send, self._trace(scope, body))
 
     async def _completions(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = await read_json(receive)
         req = _validate(CompletionRequest, body)
-        await self._generate(self._parse(req, body), receive, send)
+        await self._generate(self._parse(req, body), receive, send, self._trace(scope, body))
+
+    def _trace(self, scope: Scope, body: dict[str, Any]) -> TraceSeed | None:
+        """The request's trace context (vLLM reads it only with tracing on), at its arrival."""
+        if self.spans is None:
+            return None
+        return TraceSeed(
+            context=extract(scope["headers"]),
+            arrival_ns=time.time_ns(),
+            top_p=sampling_value(body, "top_p", 1.0),
+            temperature=sampling_value(body, "temperature", 1.0),
+        )
 
     def _parse(self, req: GenerationRequest, body: dict[str, Any]) -> Parsed:
         cfg = self.config
@@ -951,7 +999,9 @@ class LlmSim:
         reason = FinishReason.STOP if wanted < max_tokens else FinishReason.LENGTH
         return min(wanted, max_tokens), reason
 
-    async def _generate(self, parsed: Parsed, receive: Receive, send: Send) -> None:
+    async def _generate(
+        self, parsed: Parsed, receive: Receive, send: Send, seed: TraceSeed | None = None
+    ) -> None:
         if self.dead:
             raise engine_dead_error()
         cap = self.config.max_num_queued_reqs
@@ -975,6 +1025,11 @@ class LlmSim:
                 max_tokens_param=choice.max_tokens,
             )
             lives.append(Live(choice, sim, index=index, chat=parsed.chat, waker=waker))
+        if seed is not None:
+            for lv in lives:
+                # vLLM's external id: the chat request's, a completion prompt's "-i" sub-request.
+                rid = base_id if parsed.chat else f"{base_id}-{lv.prompt_index}"
+                lv.trace = seed.info(request_id=rid, max_tokens=lv.sim.max_tokens_param)
         for lv in lives:
             self.live[lv.req_id] = lv
             if lv.index % parsed.n == 0:  # once per prompt, as vLLM's parent request
@@ -1371,11 +1426,13 @@ def serve(
     access_log: bool = False,
     port_file: str = "",
     loop: str = "auto",
+    otlp_traces_endpoint: str | None = None,
 ) -> int:
     """Run the simulator until it is stopped or its engine dies; returns the exit status."""
     # Start-up time: the app module is imported by tests and tools that never serve.
     import uvicorn  # noqa: PLC0415
 
+    spans = request_spans(otlp_traces_endpoint)
     sock = bind_socket(host, port)
     actual = sock.getsockname()[1]
     if port_file:
@@ -1383,7 +1440,11 @@ def serve(
 
     async def main() -> int:
         sim = LlmSim(
-            config, listen_host=host, allowed_hosts=allowed_hosts_from_env(), listen_port=actual
+            config,
+            listen_host=host,
+            allowed_hosts=allowed_hosts_from_env(),
+            listen_port=actual,
+            spans=spans,
         )
         uv_config = uvicorn.Config(
             sim,
@@ -1405,6 +1466,14 @@ def serve(
         # then, so an on-failure restart policy does not restart it (docs/real-vllm.md).
         return 0
 
+    try:
+        return _run(main, loop)
+    finally:
+        if spans is not None:
+            spans.shutdown()  # flushes the spans still queued
+
+
+def _run(main: Callable[[], Coroutine[Any, Any, int]], loop: str) -> int:
     if loop == "asyncio":
         return asyncio.run(main())
     try:

@@ -10,9 +10,14 @@ import tempfile
 from pathlib import Path
 
 import uvicorn
+from opentelemetry import trace
 
+from faultday_refstack.errors import UsageError
+from faultday_refstack.otel import tracer_provider
 from faultday_refstack.tools.server import ToolServer, ToolServerConfig
 from faultday_wire.webguard import allowed_hosts_from_env
+
+SERVICE = "tools"  # service.name unless OTEL_SERVICE_NAME says otherwise
 
 
 def _env(name: str, default: str) -> str:
@@ -47,9 +52,21 @@ def main(argv: list[str] | None = None) -> None:
         )
     )
     try:
-        app = server.app(listen_host=a.host, allowed_hosts=allowed_hosts_from_env())
+        provider = tracer_provider(default_service=SERVICE)
+    except UsageError as exc:
+        p.error(str(exc))
+    tracer = None
+    if provider is not None:
+        tracer = provider.get_tracer("faultday.tools")
+        # The MCP SDK writes its span per message with the global provider: this process's
+        # composition root is the one place that sets it.
+        trace.set_tracer_provider(provider)
+    try:
+        app = server.app(listen_host=a.host, allowed_hosts=allowed_hosts_from_env(), tracer=tracer)
         uvicorn.run(app, host=a.host, port=a.port, log_level="warning")
     finally:
+        if provider is not None:
+            provider.shutdown()  # flushes the spans still queued
         if own is not None:  # a temp folder it made itself goes with it
             shutil.rmtree(own, ignore_errors=True)
 

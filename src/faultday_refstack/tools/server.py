@@ -20,6 +20,7 @@ from typing import Annotated, Any, TypeVar
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from opentelemetry.trace import Tracer
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -34,6 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from faultday_refstack.otel import ServerSpans
 from faultday_refstack.tools.capacity import Capacity, Overloaded, ToolFault
 from faultday_refstack.tools.db import Store, build_report_db, open_readonly
 from faultday_wire.webguard import WebGuard
@@ -45,6 +47,7 @@ TOOLS = ("search_docs", "query_report", "send_message", "update_record")
 OVERLOADED = -32029
 INJECTED = -32050
 MAX_ROWS = 200
+ROUTES = ("/mcp", "/health", "/metrics", "/admin/faults", "/admin/outbox")
 
 T = TypeVar("T")
 
@@ -275,8 +278,17 @@ class ToolServer:
             self.metrics.capacity.labels(t).set(self.capacity.limiters[t].cap)
         log.info("tool faults now: %s", sorted(self.capacity.faults))
 
-    def app(self, *, listen_host: str, allowed_hosts: tuple[str, ...] = ()) -> Starlette:
-        """The MCP endpoint and the admin routes, behind the browser guard (webguard)."""
+    def app(
+        self,
+        *,
+        listen_host: str,
+        allowed_hosts: tuple[str, ...] = (),
+        tracer: Tracer | None = None,
+    ) -> Starlette:
+        """The MCP endpoint and the admin routes, behind the browser guard (webguard).
+
+        With a ``tracer``, each request is a SERVER span (faultday_refstack.otel).
+        """
         # Stateless + JSON: each tools/call is one self-contained POST, so a proxy fault or
         # a restart of this server never strands a client on a dead MCP session.
         app = self.mcp.streamable_http_app(
@@ -288,8 +300,21 @@ class ToolServer:
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
         app.router.routes.extend(self._routes())
+        if tracer is not None:
+            # /mcp has the SDK's own span per message (tools/call NAME, gen_ai.tool.name),
+            # parented on the trace context the client puts in _meta: __main__ hands the SDK
+            # the provider. A second span per HTTP POST would only double it.
+            app.add_middleware(ServerSpans, tracer=tracer, route_of=_route, skip=("/mcp",))
         app.add_middleware(WebGuard, listen_host=listen_host, allowed_hosts=allowed_hosts)
         return app
+
+
+def _route(scope: dict[str, Any]) -> str:
+    """The route template of a path (plain Starlette does not write the matched route)."""
+    path = str(scope.get("path", ""))
+    if path.startswith("/admin/faults/"):
+        return "/admin/faults/{fault_id}"
+    return path if path in ROUTES else "other"
 
 
 def _eff(cap: Capacity, tool: str) -> dict[str, float | int]:

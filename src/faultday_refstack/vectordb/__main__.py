@@ -12,12 +12,15 @@ from pathlib import Path
 import uvicorn
 
 from faultday_refstack.embedder.hashing import DIM, embed
+from faultday_refstack.errors import UsageError
+from faultday_refstack.otel import tracer_provider
 from faultday_refstack.vectordb.app import build_app
 from faultday_refstack.vectordb.engine import Store
 from faultday_refstack.vectordb.seed import Seeder
 from faultday_wire.webguard import allowed_hosts_from_env
 
 log = logging.getLogger("faultday.vectordb")
+SERVICE = "qdrant"  # service.name unless OTEL_SERVICE_NAME says otherwise
 
 
 def api_version() -> str:
@@ -42,6 +45,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--log-level", default="info")
     a = p.parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    try:
+        provider = tracer_provider(default_service=SERVICE)
+    except UsageError as exc:
+        p.error(str(exc))
     own = None if a.data_dir else tempfile.mkdtemp(prefix="faultday-qdrant-")
     root = Path(a.data_dir or str(own))
     # Each start is a fresh engine: a restarted front re-seeds, like a pod with an emptyDir.
@@ -58,10 +65,13 @@ def main(argv: list[str] | None = None) -> None:
         version=api_version(),
         listen_host=a.host,
         allowed_hosts=allowed_hosts_from_env(),
+        tracer=provider.get_tracer("faultday.vectordb") if provider is not None else None,
     )
     try:
         uvicorn.run(app, host=a.host, port=a.port, log_level="warning")
     finally:
+        if provider is not None:
+            provider.shutdown()  # flushes the spans still queued
         store.close()
         if own is not None:  # a temp folder it made itself goes with it
             shutil.rmtree(own, ignore_errors=True)

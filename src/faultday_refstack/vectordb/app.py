@@ -16,10 +16,12 @@ from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from opentelemetry.trace import Tracer
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from faultday_refstack.otel import ServerSpans
 from faultday_refstack.vectordb import wire as w
 from faultday_refstack.vectordb.engine import (
     Store,
@@ -160,6 +162,7 @@ def build_app(
     version: str,
     listen_host: str,
     allowed_hosts: tuple[str, ...] = (),
+    tracer: Tracer | None = None,
 ) -> FastAPI:
     """The FastAPI application serving ``store``, listening on ``listen_host``.
 
@@ -185,6 +188,8 @@ def build_app(
     _collection_routes(app, store)
     _point_routes(app, store)
     _admin_routes(app, seeder)
+    if tracer is not None:  # a SERVER span per request (faultday_refstack.otel)
+        app.add_middleware(ServerSpans, tracer=tracer)
     # Added last, so outermost: a refused request reaches no route and no counter.
     app.add_middleware(
         WebGuard, listen_host=listen_host, allowed_hosts=allowed_hosts, error_body=_error_body
