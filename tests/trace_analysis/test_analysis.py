@@ -342,7 +342,19 @@ def test_exemplars_with_notes_and_a_truncated_waterfall() -> None:
         message="connection reset",
     )
     degraded = TraceBuilder(trace_id(13), t=4.0)
-    degraded.root(70)
+    degraded_root = degraded.root(70)
+    degraded.add(
+        "agent",
+        "tools call",
+        5,
+        60,
+        parent=degraded_root,
+        attrs={
+            "gen_ai.tool.name": "search",
+            "breaker.state": "open",
+            "faultday.degraded_reasons": '["tool_failed"]',
+        },
+    )
     windows = [
         window(WindowKind.BASELINE, "baseline", 0, 2.5),
         window(WindowKind.FAULT, "during reset", 2.5, 10),
@@ -391,6 +403,7 @@ def test_exemplars_with_notes_and_a_truncated_waterfall() -> None:
     assert "edge agent-llm" in fail.spans[1].note
     assert "error: connection reset" in fail.spans[1].note
     assert by_kind["degraded"].trace_id == degraded.trace
+    assert by_kind["degraded"].spans[1].note == "tool search; breaker open; degraded: tool_failed"
 
 
 def test_a_request_without_spans_counts_but_is_not_traced() -> None:

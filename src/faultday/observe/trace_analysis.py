@@ -730,19 +730,7 @@ def _depth_first(trace: _Trace, tops: Sequence[Span]) -> Iterator[tuple[Span, in
 def _note(span: Span) -> str:
     """Model, retry attempt and backoff, toxics, status, error: what a reader looks for."""
     attrs = span.attributes
-    parts: list[str] = []
-    model = next((attrs[a] for a in MODEL_ATTRS if attrs.get(a)), None)
-    if model is not None:
-        parts.append(f"model {model}")
-    attempt = _number(attrs.get("retry.attempt"))
-    if attempt is not None:
-        parts.append(f"attempt {int(attempt)}")
-    backoff = _number(attrs.get("retry.backoff_s", attrs.get("retry.backoff")))
-    if backoff is not None:
-        parts.append(f"backoff {backoff:g} s")
-    attempts = _number(attrs.get("faultday.attempts"))
-    if attempts is not None and attempts > 1:
-        parts.append(f"{int(attempts)} attempts")
+    parts = _call_notes(attrs)
     edge = next((attrs[a] for a in EDGE_ATTRS if attrs.get(a)), None)
     if edge is not None:
         parts.append(f"edge {edge}")
@@ -752,19 +740,59 @@ def _note(span: Span) -> str:
     phases = _llm_phases(span)
     if phases:
         parts.append(", ".join(f"{p} {(hi - lo) / 1e9:.3g} s" for p, lo, hi in phases))
-    fallback = attrs.get("faultday.fallback.to")
-    if fallback:
-        parts.append(f"fallback to {fallback}")
+    parts.extend(_agent_notes(attrs))
+    parts.extend(_outcome_notes(span))
+    note = "; ".join(parts)
+    return note if len(note) <= NOTE_LIMIT else note[: NOTE_LIMIT - 1] + "…"
+
+
+def _call_notes(attrs: Mapping[str, AttrValue]) -> list[str]:
+    parts: list[str] = []
+    model = next((attrs[a] for a in MODEL_ATTRS if attrs.get(a)), None)
+    if model is not None:
+        parts.append(f"model {model}")
+    attempt = _number(attrs.get("retry.attempt"))
+    if attempt is not None:
+        parts.append(f"attempt {int(attempt)}")
+    backoff = _number(attrs.get("retry.backoff_s", attrs.get("retry.backoff")))
+    if backoff:
+        parts.append(f"backoff {backoff:g} s")
+    attempts = _number(attrs.get("faultday.attempts"))
+    if attempts is not None and attempts > 1:
+        parts.append(f"{int(attempts)} attempts")
+    return parts
+
+
+def _outcome_notes(span: Span) -> list[str]:
+    parts: list[str] = []
     for attr in STATUS_ATTRS:
-        code = _number(attrs.get(attr))
+        code = _number(span.attributes.get(attr))
         if code is not None and code >= 400:
             parts.append(f"HTTP {int(code)}")
             break
     if span.status is SpanStatus.ERROR:
+        attrs = span.attributes
         why = span.status_message or next((str(attrs[a]) for a in ERROR_ATTRS if attrs.get(a)), "")
         parts.append(f"error: {why}" if why else "error")
-    note = "; ".join(parts)
-    return note if len(note) <= NOTE_LIMIT else note[: NOTE_LIMIT - 1] + "…"
+    return parts
+
+
+def _agent_notes(attrs: Mapping[str, AttrValue]) -> list[str]:
+    """What the reference agent says of a call (docs/agent.md): tool, breaker, fallback."""
+    parts: list[str] = []
+    if tool := attrs.get("gen_ai.tool.name"):
+        parts.append(f"tool {tool}")
+    breaker = attrs.get("breaker.state")
+    if breaker and breaker != "closed":
+        parts.append(f"breaker {breaker}")
+    if fallback := attrs.get("faultday.fallback.to"):
+        parts.append(f"fallback to {fallback}")
+    if attrs.get("faultday.canned") is True:
+        parts.append("canned answer")
+    reasons = attrs.get("faultday.degraded_reasons")
+    if isinstance(reasons, str) and reasons.strip("[]"):
+        parts.append(f"degraded: {', '.join(_names(reasons, sep=','))}")
+    return parts
 
 
 def _s(ns: int) -> float:
