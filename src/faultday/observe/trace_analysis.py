@@ -66,7 +66,7 @@ NO_SPANS_NOTE = (
     "No spans were recorded for this run, so there are no traces to analyse. Turn tracing on"
     " with the stack profile's spec.collector (faultday then receives OTLP/HTTP spans for the"
     " run) and point each service at it: the {otlp} template in a component's environment, or"
-    " OTEL_EXPORTER_OTLP_TRACES_ENDPOINT; see docs/traces.md."
+    ' OTEL_EXPORTER_OTLP_TRACES_ENDPOINT; see docs/traces.md, "In a stack profile".'
 )
 NOT_JOINED_NOTE = (
     "No client request carried a trace id that matches a recorded trace: windows count"
