@@ -198,3 +198,13 @@ def test_stack_up_and_down_of_the_local_profile_runs_and_stops_the_collector(
     finally:
         _stack_cli("down", *opts, cwd=tmp_path)
         assert marked_processes(state.resolve()) == []
+
+
+def test_without_collector_drops_the_component_and_the_field() -> None:
+    local = load_profile("local", base_dir=REPO)
+    assert local.spec.collector == "collector"
+    plain = local.without_collector()
+    assert plain.spec.collector is None
+    assert set(plain.spec.components) == set(local.spec.components) - {"collector"}
+    assert plain.trace_env("agent") == {}
+    assert plain.without_collector() is plain

@@ -254,6 +254,16 @@ class StackProfile(Strict):
     def target_names(self) -> list[str]:
         return [*self.spec.components, *(e.name for e in self.edges())]
 
+    def without_collector(self) -> StackProfile:
+        """This profile less its trace collector (component and ``spec.collector``), for a
+        driver that does not wire traces (no ``{otlp}``, no OTEL_* variables)."""
+        collector = self.spec.collector
+        if collector is None:
+            return self
+        comps = {k: v for k, v in self.spec.components.items() if k != collector}
+        spec = self.spec.model_copy(update={"components": comps, "collector": None})
+        return self.model_copy(update={"spec": spec})
+
     def subset(self, names: list[str] | tuple[str, ...]) -> StackProfile:
         """The named components plus everything they need; edges among them only."""
         keep: set[str] = set()
