@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import ROOT
+from tests.report import traced
 from tests.report.chromium import CHROMIUM, open_pages
+from tests.report.journals import failed_journal, write_series
 
 from faultday.core.journal import Journal
+from faultday.report.render import render_all
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)"
@@ -103,3 +106,34 @@ def test_game_day_index_loads_cleanly(
     assert f"{failed_run[1].name}/report.html" in page.values["links"]
     assert "runbooks/index.html" in page.values["links"]
     assert now.score is not None and before.score is not None and now.score < before.score
+
+
+def test_where_the_time_went_renders_its_svgs_cleanly(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    journal = failed_journal(run_dir)
+    write_series(run_dir)
+    # A span name that would be live markup anywhere it were quoted unescaped.
+    traced.write(run_dir, traced.Shape(name="<img src=x onerror=console.error(1)>search"))
+    assert render_all(journal, run_dir) == []
+    (page,) = open_pages(
+        [run_dir / "report.html"],
+        expressions={
+            "waterfalls": "document.querySelectorAll('.waterfall svg').length",
+            "width": "document.querySelector('.waterfall svg').getBoundingClientRect().width",
+            "rows": "document.querySelectorAll('.waterfall svg g.span').length",
+            "errors": "document.querySelectorAll('.waterfall svg g.span-error').length",
+            "chart": "document.querySelectorAll('#chart-hops svg').length",
+            "images": "document.images.length",
+            "label": "document.querySelector('.waterfall svg g.span:nth-of-type(2) text')"
+            ".textContent",
+            "trace": "document.querySelector('.waterfall svg').getAttribute('aria-label')",
+        },
+        full_page=False,
+    )
+    assert page.console_errors == [], page.console_errors
+    assert page.values["waterfalls"] == 2 and page.values["chart"] == 1
+    assert page.values["width"] > 800
+    assert page.values["rows"] == 9 and page.values["errors"] == 4
+    assert page.values["images"] == 0  # the <img> in the span name stayed text
+    assert page.values["label"].startswith("<img src=x onerror=console.error(1)>search")
+    assert page.values["trace"] == f"waterfall of trace {traced.TRACE_SLOW}"

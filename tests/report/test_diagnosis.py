@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tests.report import traced
 from tests.report.telemetry import check, phase, record_run
 
 from faultday.core.journal import Journal
@@ -100,7 +101,29 @@ CASES: dict[str, Case] = {
         fires=lambda d: record_run(d, checks=[check("latency_ratio", Verdict.FAILED)]),
         quiet=lambda d: record_run(d, checks=[check("latency_ratio", Verdict.PASSED)]),
     ),
+    # From the run's traces: each fires on its evidence, stays quiet on a near miss and
+    # (test_trace_rules_never_fire_without_traces) on a run without traces.json.
+    "trace-mover": Case(
+        fires=lambda d: _traced(d, traced.Shape()),
+        # A hop whose share grew a little (8 % → 25 %) is no mover worth a diagnosis.
+        quiet=lambda d: _traced(d, traced.Shape(search_share=0.25)),
+    ),
+    "trace-retries": Case(
+        fires=lambda d: _traced(d, traced.Shape(chat_calls=3.0)),
+        # Two model calls per request, in the baseline as in the fault: the agent's design.
+        quiet=lambda d: _traced(d, traced.Shape(chat_calls=2.0, base_chat_calls=2.0)),
+    ),
+    "trace-failing-hop": Case(
+        fires=lambda d: _traced(d, traced.Shape()),
+        quiet=lambda d: _traced(d, traced.Shape(failed=False)),
+    ),
 }
+
+
+def _traced(run_dir: Path, shape: traced.Shape) -> Journal:
+    journal = record_run(run_dir)
+    traced.write(run_dir, shape)
+    return journal
 
 
 def _fired(run_dir: Path, journal: Journal) -> list[Diagnosis]:
@@ -224,3 +247,37 @@ def test_a_kernel_line_counts_only_for_the_replica_the_fault_hit(tmp_path: Path)
     )
     journal.faults[0].target = "llm-backup"
     assert "gpu-lost-xid" not in {d.rule for d in _fired(tmp_path, journal)}
+
+
+TRACE_RULES = ("trace-mover", "trace-retries", "trace-failing-hop")
+
+
+def test_trace_rules_never_fire_without_traces(tmp_path: Path) -> None:
+    # The same run as the cases above, failing and slow, but no trace collector ran.
+    journal = record_run(tmp_path, fault=phase(**SLOW, load_error=0.3))
+    assert not {d.rule for d in _fired(tmp_path, journal)} & set(TRACE_RULES)
+
+
+def test_trace_rules_quote_their_evidence_in_the_report(tmp_path: Path) -> None:
+    journal = _traced(tmp_path, traced.Shape(chat_calls=3.0))
+    fired = {d.rule: d for d in _fired(tmp_path, journal)}
+    assert set(TRACE_RULES) <= set(fired)
+    mover = fired["trace-mover"].evidence[0]
+    assert mover.startswith("hop_share_rise = 0.63 (≥ 0.2): agent/qdrant.search took 71 %")
+    assert "p99 2.3 s (baseline 12 ms)" in mover
+    retries = "\n".join(fired["trace-retries"].evidence)
+    assert "agent/llm.chat called 3 times per traced request (baseline 1)" in retries
+    # The failed exemplar calls llm.chat twice under one parent: the retry, seen in a trace.
+    assert f"agent/llm.chat 2 times under one parent in trace {traced.TRACE_FAILED}" in retries
+    failing = fired["trace-failing-hop"].evidence[0]
+    # The root span (the agent) failed too, and first by start time; the hop that failed
+    # first is the one whose error ended first.
+    assert "the first error was in llm-primary/llm_request" in failing
+    assert "GPU has fallen off the bus" in failing and traced.TRACE_FAILED in failing
+    assert f"{tmp_path}/traces.json" in fired["trace-mover"].checks[0][1]
+    assert render_all(journal, tmp_path) == []
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    for rule in TRACE_RULES:
+        assert f"Rule `{rule}`" in md and f"rule <code>{rule}</code>" in html
+    assert "the first error was in llm-primary/llm_request" in md

@@ -16,6 +16,7 @@ SECTIONS = [
     "Impact",
     "Tokens per joule",
     "Charts",
+    "Where the time went",
     "Timeline",
     "Checks",
     "Faults",

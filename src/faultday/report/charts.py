@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from faultday.core.journal import Journal
 from faultday.core.vocab import CATALOGUE, STEADY_WINDOWS, EventKind, WindowKind
 from faultday.report import energy as en
+from faultday.report import tracing as tr
 from faultday.report.series import Series, SeriesSet
 from faultday.report.view import Chart
 
@@ -246,3 +247,42 @@ def process_charts(journal: Journal, series: SeriesSet) -> list[Chart]:
         if lines:
             out.append(_line_chart(journal, name, title, lines, unit))
     return out
+
+
+HOP_COLOURS = ("#2e86ab", "#e4572e", "#3bb273", "#f3a712", "#6a4c93", "#a23b72")
+OTHER_COLOUR = "#bbbbbb"
+
+
+def _clip(label: str, room: int = 40) -> str:
+    """A legend or tick label short enough to leave the plot its room (tables name it in full)."""
+    return label if len(label) <= room else label[: room - 1] + "…"
+
+
+def time_share_chart(
+    journal: Journal, bars: Sequence[tuple[str, Sequence[tuple[str, float]]]]
+) -> Chart:
+    """Per window, the share of request time in each hop, stacked to 100 %."""
+    # Hop and window names are the stack's text: a "$" in one must not start mathematics.
+    with mpl.rc_context({"text.parse_math": False}):
+        fig, ax = _figure(1.2 + 0.45 * max(1, len(bars)))
+        hops = [hop for hop, _ in bars[0][1]] if bars else []
+        left = [0.0] * len(bars)
+        for i, hop in enumerate(hops):
+            shares = [dict(row).get(hop, 0.0) * 100 for _, row in bars]
+            colour = OTHER_COLOUR if hop == tr.OTHER else HOP_COLOURS[i % len(HOP_COLOURS)]
+            label = _clip(hop)
+            ax.barh(range(len(bars)), shares, left=left, color=colour, label=label, height=0.6)
+            left = [a + b for a, b in zip(left, shares, strict=True)]
+        ax.set_yticks(range(len(bars)), [_clip(label) for label, _ in bars], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlim(0, 100)
+        ax.set_xlabel("share of request time (%)", fontsize=8)
+        ax.legend(
+            fontsize=7,
+            loc="lower right",
+            bbox_to_anchor=(1.0, 1.02),
+            ncol=4,
+            frameon=False,
+            borderaxespad=0.0,
+        )
+        return Chart("hops", "Share of request time per hop", _svg(fig, f"{journal.run_id}-ts"))

@@ -19,12 +19,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from faultday.core.journal import Journal, JournalWindow
+from faultday.core.traces import TracesSummary
 from faultday.core.vocab import WindowKind
 from faultday.core.yamlpos import parse_text, validation_problems
 from faultday.errors import ScenarioError
 from faultday.report import energy as en
 from faultday.report import signals as sg
 from faultday.report.series import SeriesSet
+from faultday.report.tracing import load_traces
 
 RULES_FILE = Path(__file__).with_name("diagnosis.yaml")
 # Of each component log: a run's logs are small; a long one keeps its end, where a failure is.
@@ -180,6 +182,7 @@ class Evidence:
     series: SeriesSet
     journal_texts: tuple[str, ...]
     logs: tuple[tuple[str, str], ...]  # component → the end of its log
+    traces: TracesSummary | None = None  # traces.json; the trace signals are None without it
 
     def texts(self, where: str) -> tuple[str, ...]:
         logs = tuple(text for _, text in self.logs)
@@ -191,7 +194,7 @@ class Evidence:
 
     def frame(self, w: JournalWindow, component: str = "") -> sg.Frame:
         base = sg.baseline_of(self.journal)
-        return sg.Frame(self.journal, self.series, w, base, component, self.logs)
+        return sg.Frame(self.journal, self.series, w, base, component, self.logs, self.traces)
 
 
 def journal_texts(journal: Journal) -> tuple[str, ...]:
@@ -288,7 +291,10 @@ def diagnose(
 ) -> list[Diagnosis]:
     """Every rule that fires on this run, in the rule file's order."""
     book = rules or default_rules()
-    ev = Evidence(journal, series, journal_texts(journal), log_texts(run_dir))
+    # An unreadable traces.json is said in the report's "Where the time went"; here it
+    # only means the trace signals have no data.
+    traces, _ = load_traces(run_dir)
+    ev = Evidence(journal, series, journal_texts(journal), log_texts(run_dir), traces)
     replicas = sorted(set(en.gpu_components(series)) | _llm_components(series))
     kind = stack_kind(journal)
     out: list[Diagnosis] = []
@@ -307,15 +313,20 @@ def diagnose(
                             window=w.label,
                             component=comp,
                             evidence=tuple(lines),
-                            checks=_commands(rule, kind, comp),
+                            checks=_commands(rule, kind, comp, run_dir),
                         )
                     )
     return out
 
 
-def _commands(rule: Rule, kind: Stack, component: str) -> tuple[tuple[str, str], ...]:
+def _commands(
+    rule: Rule, kind: Stack, component: str, run_dir: Path
+) -> tuple[tuple[str, str], ...]:
     name = component or "<component>"
-    return tuple((s.what, getattr(s, kind).replace("{component}", name)) for s in rule.checks)
+    return tuple(
+        (s.what, getattr(s, kind).replace("{component}", name).replace("{run_dir}", str(run_dir)))
+        for s in rule.checks
+    )
 
 
 def _llm_components(series: SeriesSet) -> set[str]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import jinja2
 from markupsafe import Markup
 
-from faultday.report import markdown
+from faultday.report import markdown, tracing
 from faultday.report.markdown import markdown_html
 
 if TYPE_CHECKING:
@@ -72,6 +72,7 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters.update(num=num, num3=num3, pct=pct, markdown=_markdown, relurl=relative_url)
+    env.filters.update(dur=tracing.dur, share=tracing.pct)
     # Our own stylesheet, not data: escaping it would break quoted font names inside <style>.
     env.globals["css"] = Markup(_css())  # noqa: S704
     return env
@@ -80,7 +81,7 @@ def environment() -> jinja2.Environment:
 def markdown_environment() -> jinja2.Environment:
     """A fresh Markdown environment: every printed value is Markdown-escaped by default."""
     env = markdown.environment(TEMPLATES)
-    env.filters.update(num=num, num3=num3, pct=pct)
+    env.filters.update(num=num, num3=num3, pct=pct, dur=tracing.dur, share=tracing.pct)
     return env
 
 
@@ -88,11 +89,15 @@ def report_html(view: ReportView) -> str:
     return environment().get_template("report.html.j2").render(v=view, j=view.journal)
 
 
-def report_markdown(view: ReportView, chart_files: Sequence[tuple[str, str]]) -> str:
+def report_markdown(
+    view: ReportView, chart_files: Sequence[tuple[str, str]], *, time_chart: str = ""
+) -> str:
+    """``report.md``; ``chart_files`` are (title, path) of the charts, ``time_chart`` the
+    path of "Where the time went"'s chart ("" when it has none)."""
     return (
         markdown_environment()
         .get_template("report.md.j2")
-        .render(v=view, j=view.journal, chart_files=list(chart_files))
+        .render(v=view, j=view.journal, chart_files=list(chart_files), time_chart=time_chart)
     )
 
 

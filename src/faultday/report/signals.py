@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from faultday.core.journal import Journal, JournalWindow
+from faultday.core.spans import SpanStatus
+from faultday.core.traces import TracesSummary, WindowTraces
 from faultday.core.vocab import WindowKind
 from faultday.report import energy as en
+from faultday.report import tracing as tr
 from faultday.report.series import Series, SeriesSet
 
 
@@ -56,6 +59,11 @@ class Signal(StrEnum):
     RETRY_AMPLIFICATION = "retry_amplification"
     TOOL_QUEUE = "tool_queue"
     ADMISSION_REJECTED = "admission_rejected"
+    # the whole run: its traces (traces.json); None for every window of a run without them
+    HOP_SHARE_RISE = "hop_share_rise"
+    HOP_CALLS_RATIO = "hop_calls_ratio"
+    REPEATED_SPANS = "repeated_spans"
+    ERROR_SPANS = "error_spans"
 
 
 REPLICA_SIGNALS = frozenset(
@@ -106,6 +114,7 @@ class Frame:
     baseline: JournalWindow | None
     component: str = ""
     logs: tuple[tuple[str, str], ...] = ()  # component → the end of its log
+    traces: TracesSummary | None = None  # the run's traces.json
 
     def log(self) -> str:
         return next((text for name, text in self.logs if name == self.component), "")
@@ -409,6 +418,96 @@ def admission_rejected(f: Frame) -> Value | None:
     return Value(grown, f"{ADMISSION_REJECTED} +{grown:.0f}") if n else None
 
 
+# ---- the whole run: its traces ---------------------------------------------------------
+
+
+def _traced(f: Frame) -> WindowTraces | None:
+    wt = tr.window_traces(f.traces, f.window)
+    return wt if wt is not None and wt.traced else None
+
+
+def hop_share_rise(f: Frame) -> Value | None:
+    """The mover's share of request time less its share in the baseline (0..1)."""
+    wt = _traced(f)
+    if wt is None or wt.mover is None:
+        return None
+    m = wt.mover
+    return Value(
+        m.share - m.baseline_share,
+        f"{m.service}/{m.span} took {tr.pct(m.share)} of request time "
+        f"(baseline {tr.pct(m.baseline_share)}), p99 {tr.dur(m.p99_s)} "
+        f"(baseline {tr.dur(m.baseline_p99_s)})",
+    )
+
+
+def hop_calls_ratio(f: Frame) -> Value | None:
+    """The largest rise in a hop's calls per traced request against the baseline's.
+
+    A hop the baseline calls twice per request by design counts 1.0; one it calls once
+    and the window three times, 3.0: the repeats are retries (or a loop that retried).
+    Hops the baseline never called (a fallback taking over) are not compared.
+    """
+    wt, base = _traced(f), tr.baseline_traces(f.traces)
+    if wt is None or base is None or not base.traced or wt is base:
+        return None
+    before = {h.hop: h.count / base.traced for h in base.hops if h.count}
+    rises = [
+        (h.count / wt.traced / before[h.hop], h.hop, h.count / wt.traced, before[h.hop])
+        for h in wt.hops
+        if h.hop in before
+    ]
+    if not rises:
+        return None
+    ratio, hop, now, then = max(rises)
+    return Value(
+        ratio,
+        f"{hop} called {now:.2g} times per traced request (baseline {then:.2g}), "
+        f"over {wt.traced} traced requests",
+    )
+
+
+def repeated_spans(f: Frame) -> Value | None:
+    """In the window's exemplar requests, the most spans of one hop under one parent."""
+    best: tuple[int, str, str] | None = None
+    for e in f.traces.exemplars if f.traces else []:
+        if e.window != f.window.label:
+            continue
+        seen: dict[tuple[str, str, str], int] = {}
+        for s in e.spans:
+            key = (s.parent_id, s.service, s.name)
+            seen[key] = seen.get(key, 0) + 1
+        for (_, service, name), n in seen.items():
+            if best is None or n > best[0]:
+                best = (n, f"{service}/{name}", e.trace_id)
+    if best is None:
+        return None
+    n, hop, trace = best
+    return Value(n, f"{hop} {n} times under one parent in trace {trace}")
+
+
+def error_spans(f: Frame) -> Value | None:
+    """The spans with error status in the window's failed exemplar; the text names the first."""
+    failed = next(
+        (
+            e
+            for e in (f.traces.exemplars if f.traces else [])
+            if e.kind == "failed" and e.window == f.window.label
+        ),
+        None,
+    )
+    first = tr.first_error(failed.spans) if failed is not None else None
+    if failed is None or first is None:
+        return None
+    bad = sum(1 for s in failed.spans if s.status == SpanStatus.ERROR)
+    note = f": {first.note}" if first.note else ""
+    return Value(
+        bad,
+        f"trace {failed.trace_id} (HTTP {failed.status}): the first error was in "
+        f"{first.service}/{first.name} at +{tr.dur(first.start_s)} after "
+        f"{tr.dur(first.duration_s)}{note}; {bad} spans with error status",
+    )
+
+
 COMPUTE: dict[Signal, Callable[[Frame], Value | None]] = {
     Signal.SM_CLOCK_RATIO: sm_clock_ratio,
     Signal.POWER_RATIO: power_ratio,
@@ -434,6 +533,10 @@ COMPUTE: dict[Signal, Callable[[Frame], Value | None]] = {
     Signal.RETRY_AMPLIFICATION: retry_amplification,
     Signal.TOOL_QUEUE: tool_queue,
     Signal.ADMISSION_REJECTED: admission_rejected,
+    Signal.HOP_SHARE_RISE: hop_share_rise,
+    Signal.HOP_CALLS_RATIO: hop_calls_ratio,
+    Signal.REPEATED_SPANS: repeated_spans,
+    Signal.ERROR_SPANS: error_spans,
 }
 
 

@@ -29,6 +29,7 @@ from faultday.report import runbooks as rb
 from faultday.report.diagnosis import Diagnosis, diagnose
 from faultday.report.energy import EnergyRow, energy_rows
 from faultday.report.series import SeriesSet, read_series
+from faultday.report.tracing import TimeSpent, load_traces, time_spent
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +161,8 @@ class ReportView:
     answers_note: str = ""
     energy: tuple[EnergyRow, ...] = ()
     diagnoses: tuple[DiagnosisRow, ...] = ()
+    time_spent: TimeSpent = field(default_factory=TimeSpent)
+    time_chart: Chart | None = None
 
 
 def scenario_name(journal: Journal) -> str:
@@ -603,11 +606,18 @@ def build_view(
     wall = journal.ended - journal.started if journal.ended and journal.started else None
     made: list[Chart] = []
     note = ""
+    traces, traces_problem = load_traces(run_dir)
+    spent = time_spent(traces, problem=traces_problem)
+    time_chart = None
     if charts:
         # Start-up time: matplotlib (~0.5 s) only when charts are drawn (JUnit needs none).
         from faultday.report.charts import make_charts  # noqa: PLC0415
 
         made = make_charts(journal, series)
+        if spent.bars:
+            from faultday.report.charts import time_share_chart  # noqa: PLC0415 - as above
+
+            time_chart = time_share_chart(journal, spent.bars)
         if not series:
             note = (
                 "No time series in this run folder (timeseries.csv); "
@@ -648,4 +658,6 @@ def build_view(
         answers_note=answers_note,
         energy=tuple(energy_rows(journal, series)),
         diagnoses=tuple(diagnosis_rows(journal, series, run_dir, base_dir=base)),
+        time_spent=spent,
+        time_chart=time_chart,
     )
