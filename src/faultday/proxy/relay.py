@@ -746,14 +746,7 @@ class Direction:
         conn = self.conn
         tracing = conn.tracing
         assert tracing is not None
-        span = tracing.begin(
-            ts=ts,
-            traceparent=head.header("traceparent"),
-            tracestate=head.header("tracestate"),
-            method=head.method,
-            target=head.target,
-            toxics=conn.toxic_views(),
-        )
+        span = tracing.begin(ts, head, conn.toxic_views())
         span.request_bytes = len(head.raw)
         conn.spans.append(span)  # in request order, as ``expect`` will be
         self.req_span = span

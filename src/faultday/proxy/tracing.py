@@ -31,6 +31,8 @@ from faultday.proxy.models import HttpLatencyAttrs, LatencyAttrs, dump_attribute
 if TYPE_CHECKING:
     import asyncio
 
+    from faultday.proxy.http1 import Head
+
 log = logging.getLogger(__name__)
 
 _F_SETPIPE_SZ = 1031
@@ -283,23 +285,20 @@ class ProxyTracing:
         endpoint = self.settings.endpoint
         log.info("proxy traces: exporting to %s (exporter pid %d)", endpoint, proc.pid)
 
-    def begin(
-        self,
-        *,
-        ts: float,
-        traceparent: str,
-        tracestate: str,
-        method: str,
-        target: str,
-        toxics: tuple[ToxicView, ...],
-    ) -> RequestSpan:
-        """A request's head arrived at monotonic time ``ts``."""
+    def begin(self, ts: float, head: Head, toxics: tuple[ToxicView, ...]) -> RequestSpan:
+        """A request's head arrived at monotonic time ``ts``, with ``toxics`` in force."""
+        traceparent = tracestate = ""
+        for key, value in head.headers:  # one pass for both: this runs once per request
+            if key == "traceparent":
+                traceparent = value
+            elif key == "tracestate":
+                tracestate = value
         return RequestSpan(
             traceparent=traceparent,
             tracestate=tracestate,
             start_ns=int(ts * 1e9) + self._offset,
-            method=method,
-            path=target.partition("?")[0],
+            method=head.method,
+            path=head.target.partition("?")[0],
             toxics=toxics,
         )
 
