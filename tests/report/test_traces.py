@@ -19,7 +19,7 @@ from tests.report.hostile import (
 from tests.report.journals import failed_journal, write_series
 from tests.report.test_reports import SECTIONS
 
-from faultday.core.traces import TRACES_NAME
+from faultday.core.traces import TRACES_NAME, write_traces
 from faultday.report.render import render_all
 from faultday.report.tracing import NO_TRACES
 
@@ -118,13 +118,14 @@ def test_a_summary_without_spans_shows_its_own_note(tmp_path: Path) -> None:
         update={"spans": 0, "traces": 0, "requests_traced": 0, "exemplars": []}
     )
     note = "no collector ran: start the stack with tracing on (see docs/traces.md)"
-    empty = empty.model_copy(update={"note": note})
-    from faultday.core.traces import write_traces
-
+    # Every export body was refused: that is why there are no spans, and the report says so.
+    empty = empty.model_copy(update={"note": note, "rejected": 5})
     write_traces(run_dir, empty)
     assert render_all(journal, run_dir) == []
-    assert note in _html_section(run_dir)
-    assert not (run_dir / CHART).exists()
+    html, md = unescape(_html_section(run_dir)), visible_text(_md_section(run_dir))
+    for text in (html, md):
+        assert note in text and "refused 5 export bodies" in text
+    assert not (run_dir / CHART).exists() and "<svg" not in html
 
 
 def test_an_unreadable_traces_json_is_named_and_the_report_still_renders(tmp_path: Path) -> None:
