@@ -86,6 +86,7 @@ def receiver() -> Iterator[Receiver]:
 class ProxyProc:
     api: str
     proc: subprocess.Popen[str]
+    edge_port: int = 0
 
     def edge(self, upstream: str) -> int:
         r = httpx.post(
@@ -94,7 +95,8 @@ class ProxyProc:
             timeout=5,
         )
         r.raise_for_status()
-        return int(r.json()["listen"].rsplit(":", 1)[1])
+        self.edge_port = int(r.json()["listen"].rsplit(":", 1)[1])
+        return self.edge_port
 
 
 def start_proxy(tmp_path: Path, env: dict[str, str]) -> ProxyProc:
@@ -280,3 +282,34 @@ def test_a_protocol_it_cannot_export_is_a_usage_error(tmp_path: Path) -> None:
     assert "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL='grpc'" in out.stderr
     assert "http/protobuf" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_disabling_the_edge_mid_response_ends_its_span_as_an_outage(
+    tmp_path: Path, receiver: Receiver, sse_server: str
+) -> None:
+    env = {**base_env(), ENDPOINT_ENV: receiver.url}
+    proxy = start_proxy(tmp_path, env)
+    try:
+        client = Client(proxy.edge(sse_server))
+        try:
+            parent = {"traceparent": f"00-{TRACE_ID}-{'1' * 16}-01"}
+            client.conn.request("GET", "/sse?n=200&interval_ms=20", headers=parent)
+            resp = client.conn.getresponse()
+            assert resp.read(1)  # the stream is under way
+            r = httpx.post(f"{proxy.api}/proxies/{EDGE}", json={"enabled": False}, timeout=5)
+            r.raise_for_status()
+            with pytest.raises((http.client.HTTPException, ConnectionError)):
+                resp.read()
+        finally:
+            client.close()
+        # A disabled edge refuses connections: no request, so no span.
+        with pytest.raises(ConnectionRefusedError):
+            Client(proxy.edge_port).get("/hello")
+        assert until(lambda: len(receiver.spans) >= 1, timeout=10)
+    finally:
+        stop(proxy.proc)
+    assert len(receiver.spans) == 1
+    span = receiver.spans[0]
+    assert span.status.code == Status.StatusCode.STATUS_CODE_ERROR
+    assert attrs(span)["error.type"] == "edge_disabled"
+    assert attrs(span)["http.response.status_code"] == 200
