@@ -227,6 +227,46 @@ def test_an_llm_request_is_split_into_queue_prefill_and_decode() -> None:
     assert second["vllm/llm_request"].time_s == 0.0
 
 
+def test_hostile_phase_and_fault_attributes_are_bounded() -> None:
+    tb = TraceBuilder(trace_id(9), t=1.0)
+    root = tb.root(100)
+    tb.add(
+        "vllm",
+        "llm_request",
+        0,
+        100,
+        parent=root,
+        attrs={
+            "gen_ai.latency.time_in_queue": 1e300,  # finite, yet no integer nanoseconds
+            "gen_ai.latency.time_in_model_prefill": float("nan"),
+            "gen_ai.latency.time_in_model_decode": "soon",
+        },
+    )
+    spans = list(tb.spans)
+    requests = [request(tb.trace, 1.0, 0.1)]
+    for k in range(30):  # a component naming a fault of its own per request
+        other = TraceBuilder(trace_id(1000 + k), t=2.0 + k * 0.01)
+        other.add(
+            "agent",
+            ROOT_NAME,
+            0,
+            5,
+            parent_id="00f067aa0ba902b7",
+            attrs={"fault.id": "x" * 200 + str(k)},
+        )
+        spans += other.spans
+        requests.append(request(other.trace, other.t, 0.005))
+
+    by = hops(run(spans, requests).windows[0])
+
+    assert by["vllm/llm_request queue"].time_s == pytest.approx(0.1)
+    assert "vllm/llm_request prefill" not in by
+    faults = by[f"agent/{ROOT_NAME}"].faults
+    assert len(faults) == 21
+    assert faults[-1] == "… 10 more"
+    assert all(len(f) <= 120 for f in faults)
+
+
 def _chat(n: int, t: float, *, qdrant_ms: float) -> tuple[list[Span], RequestRecord]:
     tb = TraceBuilder(trace_id(n), t=t)
     end = 10 + qdrant_ms + 50

@@ -24,7 +24,7 @@ ATTR_VALUES: st.SearchStrategy[AttrValue] = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.integers(-(10**12), 10**12),
     st.booleans(),
-    st.sampled_from(["latency", "", "[", '["a", 1]', "x,,y", "1e400"]),
+    st.sampled_from(["latency", "", "[", '["a", 1]', "x,,y", "1e400", 1e300, -1e300, 1e-300]),
 )
 ATTR_KEYS = (
     *(attr for _, attr in LLM_PHASES),

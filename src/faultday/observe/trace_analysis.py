@@ -38,6 +38,8 @@ __all__ = ["MAX_WATERFALL", "NO_SPANS_NOTE", "analyse", "write_traces"]
 
 MAX_WATERFALL = 200  # spans per exemplar; the rest are counted in ``truncated``
 NOTE_LIMIT = 160  # characters of a waterfall span's note
+MAX_FAULTS = 20  # faults listed on one hop; the rest are counted
+FAULT_TEXT_LIMIT = 120  # characters of one
 
 CLIENT_SERVICE = "client"
 CLIENT_SPAN = "network"
@@ -462,7 +464,9 @@ def _llm_phases(span: Span) -> list[tuple[str, int, int]]:
         if seconds is None:
             continue
         lo = min(cursor, span.end_ns)
-        hi = min(cursor + max(0, round(seconds * 1e9)), span.end_ns)
+        room = span.end_ns - lo
+        # Compared as floats first: a huge value must not overflow the integer nanoseconds.
+        hi = span.end_ns if seconds * 1e9 >= room else lo + round(seconds * 1e9)
         out.append((phase, lo, hi))
         cursor = hi
     return out
@@ -611,8 +615,16 @@ def _hop_stats(hop: _Hop, a: _Acc, e2e_ns: int) -> HopStats:
         p99_s=_r(percentile(a.durations, 99)) if a.durations else 0.0,
         time_s=_s(a.time_ns),
         share=round(min(1.0, a.time_ns / e2e_ns), 6) if e2e_ns > 0 else 0.0,
-        faults=sorted(a.faults),
+        faults=_bounded(sorted(a.faults)),
     )
+
+
+def _bounded(faults: list[str]) -> list[str]:
+    """A hop's faults, each and all bounded: a component may name a fault per request."""
+    clipped = [f if len(f) <= FAULT_TEXT_LIMIT else f[: FAULT_TEXT_LIMIT - 1] + "…" for f in faults]
+    if len(clipped) <= MAX_FAULTS:
+        return clipped
+    return [*clipped[:MAX_FAULTS], f"… {len(clipped) - MAX_FAULTS} more"]
 
 
 def _mover(hops: Sequence[HopStats], baseline: Mapping[_Hop, HopStats]) -> Mover | None:
