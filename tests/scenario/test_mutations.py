@@ -27,9 +27,10 @@ from faultday.errors import ScenarioError
 from faultday.scenario.loader import load_scenario
 from faultday.session import target_resolver
 
-BUDGET_S = (
-    1.0  # "well under a second": the slowest case measured takes ~0.35 s on a busy 2-core box
-)
+# Far above any honest case (the slowest takes ~0.35 s on a busy 2-core box, 1.75 s seen
+# beside a real vLLM and a full make test), far below what a quadratic blow-up takes: a
+# bound on pathology, not a timing figure (those are bench/'s).
+BUDGET_S = 5.0
 GUARD_S = 10.0  # a case still running then is a hang: the timer interrupts it
 MAX_MESSAGE = 2_000  # characters in one rendered problem
 LOCATED = re.compile(r"^(?P<file>.+?):(?P<line>[0-9]+):(?P<col>[0-9]+): \S")
