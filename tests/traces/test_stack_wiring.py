@@ -21,7 +21,7 @@ from faultday.core.profile import OTEL_TRACES_ENDPOINT, load_profile
 from faultday.core.spans import SpanKind
 from faultday.core.spanstore import SPANS_DB, SpanStore
 from faultday.errors import ScenarioError
-from faultday.stack.stack import Stack
+from faultday.stack.stack import RUN_MARKER, Stack
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -180,15 +180,28 @@ def _stack_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_stack_up_and_down_of_the_local_profile_runs_and_stops_the_collector(
     tmp_path: Path,
 ) -> None:
+    """The whole local profile (up in ~15 s here): each component is launched with the
+    collector's address, and `stack down` leaves nothing running."""
     state = tmp_path / "state"
     opts = ["--profile", str(REPO / "stack" / "local.yaml"), "--state-dir", str(state)]
     try:
-        up = _stack_cli("up", *opts, "--only", "collector,redis", cwd=tmp_path)
+        up = _stack_cli("up", *opts, cwd=tmp_path)
         assert up.returncode == 0, up.stdout + up.stderr
         info = json.loads((state / "state.json").read_text())["info"]
-        collector = next(c for c in info["components"] if c["name"] == "collector")
+        comps = {c["name"]: c for c in info["components"]}
+        collector = comps.pop("collector")
         assert collector["health"] == "ready"
-        assert httpx.get(collector["url"] + "/stats", timeout=5).json()["requests"] == 0
+        otlp = collector["url"] + "/v1/traces"
+        checked = []
+        for name, c in comps.items():
+            env = psutil.Process(c["pid"]).environ()
+            if RUN_MARKER not in env:
+                continue  # redis-server's process title overwrites its environment block
+            assert env[OTEL_TRACES_ENDPOINT] == otlp, name
+            assert env["OTEL_SERVICE_NAME"] == name
+            checked.append(name)
+        assert len(checked) >= len(comps) - 1, checked
+        assert "requests" in httpx.get(collector["url"] + "/stats", timeout=5).json()
         assert (state / "collector" / SPANS_DB).exists()
         down = _stack_cli("down", *opts, cwd=tmp_path)
         assert down.returncode == 0, down.stdout + down.stderr
