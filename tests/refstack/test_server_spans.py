@@ -1,0 +1,101 @@
+"""The Qdrant front and the tool server write a SERVER span per request, in the caller's trace."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from tests.refstack.otlp import Receiver, receiver
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def server(argv: list[str], env: dict[str, str], log: Path) -> Iterator[str]:
+    """Start one component on a free port; yields its URL once /health-like GET answers."""
+    port = free_port()
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", *argv, "--port", str(port)],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            assert proc.poll() is None, log.read_text()
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/metrics", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.1)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def call(url: str) -> tuple[httpx.Response, str, str]:
+    trace_id, span_id = secrets.token_hex(16), secrets.token_hex(8)
+    r = httpx.get(url, headers={"traceparent": f"00-{trace_id}-{span_id}-01"}, timeout=10)
+    return r, trace_id, span_id
+
+
+@pytest.fixture
+def rx() -> Iterator[Receiver]:
+    with receiver() as r:
+        yield r
+
+
+def test_qdrant_front_span_per_request(rx: Receiver, tmp_path: Path) -> None:
+    argv = ["faultday_refstack.vectordb", "--collection", "", "--data-dir", str(tmp_path / "q")]
+    with server(argv, rx.env("qdrant"), tmp_path / "qdrant.log") as url:
+        ok, ok_trace, ok_caller = call(f"{url}/collections/nope")
+        assert ok.status_code == 404
+        listed, list_trace, _ = call(f"{url}/collections")
+        assert listed.status_code == 200
+        got = rx.wait(lambda s: {ok_trace, list_trace} <= {x.trace_id for x in s})
+    (missing,) = [s for s in got if s.trace_id == ok_trace]
+    assert (missing.name, missing.kind, missing.service) == (
+        "GET /collections/{name}",  # the route's template, never the raw path
+        "SERVER",
+        "qdrant",
+    )
+    assert missing.parent_id == ok_caller and missing.status == "UNSET"
+    assert missing.attrs["http.response.status_code"] == 404
+    (lst,) = [s for s in got if s.trace_id == list_trace]
+    assert lst.name == "GET /collections" and lst.attrs["http.route"] == "/collections"
+
+
+def test_tool_server_span_for_its_own_routes(rx: Receiver, tmp_path: Path) -> None:
+    argv = ["faultday_refstack.tools", "--data-dir", str(tmp_path / "t")]
+    with server(argv, rx.env("tools"), tmp_path / "tools.log") as url:
+        r, trace_id, caller = call(f"{url}/health")
+        assert r.status_code == 200
+        got = rx.wait(lambda s: trace_id in {x.trace_id for x in s})
+    (span,) = [s for s in got if s.trace_id == trace_id]
+    assert (span.name, span.kind, span.service, span.parent_id) == (
+        "GET /health",
+        "SERVER",
+        "tools",
+        caller,
+    )
