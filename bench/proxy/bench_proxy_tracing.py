@@ -31,6 +31,7 @@ import sys
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 
 import httpx
 
@@ -250,13 +251,17 @@ def run(args: argparse.Namespace) -> dict[str, float]:
             "off": start_proxy(stack, base, upstream),
             "on": start_proxy(stack, traced_env, upstream),
         }
-        requests = {"off": 0, "on": 0}
+        if args.before is not None:  # faultday's source before tracing, for "off changes nothing"
+            before_env = {**base, "PYTHONPATH": str(args.before)}
+            proxies["before"] = start_proxy(stack, before_env, upstream)
+        modes = list(proxies)
+        requests = dict.fromkeys(modes, 0)
         for mode, (pid, port) in proxies.items():  # warm-up: connections, the exporter's session
             requests[mode] += block(pid, port, conns=args.conns, seconds=1.0)[0]
-        rps: dict[str, list[float]] = {"off": [], "on": []}
-        cpu: dict[str, list[float]] = {"off": [], "on": []}
+        rps: dict[str, list[float]] = {m: [] for m in modes}
+        cpu: dict[str, list[float]] = {m: [] for m in modes}
         for i in range(args.blocks):
-            for mode in ("off", "on") if i % 2 == 0 else ("on", "off"):
+            for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:  # each first in turn
                 n, r, c = block(*proxies[mode], conns=args.conns, seconds=args.seconds)
                 requests[mode] += n
                 rps[mode].append(r)
@@ -268,7 +273,15 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         counts = json.loads(first_line(sink))
     off, on = statistics.median(rps["off"]), statistics.median(rps["on"])
     cpu_off, cpu_on = statistics.median(cpu["off"]), statistics.median(cpu["on"])
-    return {
+    extra = {}
+    if "before" in rps:
+        before = statistics.median(rps["before"])
+        extra = {
+            "rps_before": before,
+            "ratio_off_before": off / before,
+            "cpu_us_before": statistics.median(cpu["before"]),
+        }
+    return extra | {
         "rps_off": off,
         "rps_on": on,
         "ratio": on / off,
@@ -288,6 +301,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="length of one block")
     parser.add_argument("--blocks", type=int, default=6, help="blocks per mode")
     parser.add_argument("--conns", type=int, default=32)
+    parser.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="a faultday src/ folder from before tracing: a third proxy, tracing off, from it",
+    )
     args = parser.parse_args()
     if args.upstream:
         serve_upstream()
@@ -306,8 +325,16 @@ def main() -> int:
         f"| off | {res['rps_off']:.0f} | {res['cpu_us_off']:.1f} |\n"
         f"| on | {res['rps_on']:.0f} | {res['cpu_us_on']:.1f} |\n"
         f"| on / off | {res['ratio']:.3f} ({verdict}, target ≥ {TARGET_RATIO}) | "
-        f"+{res['cpu_us_added']:.1f} |\n"
-        f"spans exported: {res['spans_exported']} of {res['requests_traced']} traced requests; "
+        f"{res['cpu_us_added']:+.1f} |\n"
+        + (
+            f"| before tracing existed (--before) | {res['rps_before']:.0f} | "
+            f"{res['cpu_us_before']:.1f} |\n"
+            f"| off / before | {res['ratio_off_before']:.3f} | "
+            f"{res['cpu_us_off'] - res['cpu_us_before']:+.1f} |\n"
+            if "rps_before" in res
+            else ""
+        )
+        + f"spans exported: {res['spans_exported']} of {res['requests_traced']} traced requests; "
         f"the exporter process's CPU per span: {res['exporter_cpu_us_per_span']:.0f} µs"
     )
     return 0 if verdict == "pass" else 1
