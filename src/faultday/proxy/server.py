@@ -30,7 +30,7 @@ from faultday.proxy.models import ProxySpec, split_hostport
 from faultday.proxy.native import KIND_HTTP, Counters, NativeRelay, Released, discard
 from faultday.proxy.relay import Connection, PipePool
 from faultday.proxy.toxics import Toxic
-from faultday.proxy.tracing import EDGE_DISABLED, ProxyTracing
+from faultday.proxy.tracing import EDGE_DISABLED, PROXY_STOPPED, ProxyTracing
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +155,11 @@ class Proxy:
             self.loop.remove_reader(sock.fileno())
         return sock
 
-    def stop(self) -> None:
-        """Stop listening and close every open connection (``enabled: false``)."""
+    def stop(self, *, why: str = EDGE_DISABLED) -> None:
+        """Stop listening and close every open connection (``enabled: false``).
+
+        ``why``: what the spans of requests still in flight end with (``error.type``).
+        """
         if self._lsock is not None:
             self.loop.remove_reader(self._lsock.fileno())
             self._lsock.close()
@@ -167,7 +170,7 @@ class Proxy:
         for conn_id in list(self.native_conns):
             self.native_closed(conn_id)
         for conn in list(self.connections):
-            conn.close(why=EDGE_DISABLED)
+            conn.close(why=why)
         self.pipes.close()
 
     def set_upstream(self, upstream: str) -> None:
@@ -447,7 +450,7 @@ class ProxyServer:
         finally:
             server.close()
             for proxy in list(self.proxies.values()):
-                proxy.stop()
+                proxy.stop(why=PROXY_STOPPED)
             self.proxies.clear()
             await handler.close()
             for proxy in self.proxies.values():

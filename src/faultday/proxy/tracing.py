@@ -50,6 +50,7 @@ PROTOCOL = "http/protobuf"
 UPSTREAM_CLOSED = "upstream_closed"
 CLIENT_CLOSED = "client_closed"
 EDGE_DISABLED = "edge_disabled"
+PROXY_STOPPED = "proxy_stopped"
 CONNECTION_CLOSED = "connection_closed"
 NOT_HTTP = "not_http"
 
@@ -274,8 +275,12 @@ class ProxyTracing:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the exporter process (it inherits the OTEL_* environment)."""
         self._loop = loop
+        # stdout elsewhere: the proxy's own is read for its readiness line, and must end
+        # when the proxy does. stderr is the proxy's, so the exporter's errors are in its log.
         proc = self._proc = subprocess.Popen(
-            [sys.executable, "-m", "faultday.proxy.otlp"], stdin=subprocess.PIPE
+            [sys.executable, "-m", "faultday.proxy.otlp"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
         )
         assert proc.stdin is not None
         self._fd = proc.stdin.fileno()
