@@ -28,6 +28,7 @@ def test_local_stack_up_edges_through_the_proxy_and_down(make_stack: MakeStack) 
             "llm-backup",
             "llm-canary",
             "proxy",
+            "collector",
             "tools",
             "agent",
         ],

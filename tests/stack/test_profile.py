@@ -24,7 +24,9 @@ def test_local_profile_loads_by_name_with_the_expected_targets() -> None:
         "tools",
         "agent",
         "proxy",
+        "collector",
     }
+    assert p.spec.collector == "collector"
     assert "agent->qdrant" in p.target_names()
     order = p.start_order()
     assert order.index("proxy") < order.index("agent")

@@ -420,6 +420,7 @@ def render_compose(
     ``toxiproxy.json`` and Triton's model repository, on the official images (``image``,
     ``project`` and ``data_dir`` do not apply).
     """
+    profile = profile.without_collector()  # no trace wiring in containers yet (docs/traces.md)
     if images == "official":
         return _render_on_official_images(profile, out=out)
     return _render_on_faultday_image(

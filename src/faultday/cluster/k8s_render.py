@@ -314,6 +314,7 @@ def _component_manifests(
 
 def manifests(profile: StackProfile) -> list[Manifest]:
     """Every object of ``profile``'s stack, in the order they are written."""
+    profile = profile.without_collector()  # no trace wiring on Kubernetes yet (docs/traces.md)
     images = OfficialImages(profile)
     edges_by_destination: dict[str, list[Edge]] = {}
     for e in images.edges:

@@ -128,6 +128,8 @@ class KubernetesStack(DriverBase):
         config: KubernetesConfig | None = None,
         cluster: KubernetesCluster | None = None,
     ) -> None:
+        # No trace wiring on Kubernetes yet (docs/traces.md): the collector is left out.
+        profile = profile.without_collector()
         super().__init__(profile, run_dir=run_dir, ledger=ledger, policy=policy)
         self.config = config or KubernetesConfig()
         self.namespace = self.config.namespace
