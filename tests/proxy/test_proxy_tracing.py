@@ -6,6 +6,7 @@ import gzip
 import http.client
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import threading
@@ -313,3 +314,34 @@ def test_disabling_the_edge_mid_response_ends_its_span_as_an_outage(
     assert span.status.code == Status.StatusCode.STATUS_CODE_ERROR
     assert attrs(span)["error.type"] == "edge_disabled"
     assert attrs(span)["http.response.status_code"] == 200
+
+
+def test_the_relay_carries_on_when_the_exporter_is_gone(
+    tmp_path: Path, receiver: Receiver, sse_server: str
+) -> None:
+    proxy = start_proxy(tmp_path, {**base_env(), ENDPOINT_ENV: receiver.url})
+    try:
+        pid = proxy.proc.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        assert len(children) == 1  # the exporter process
+        exporter = int(children[0])
+        os.kill(exporter, signal.SIGKILL)  # our proxy's child: a crash of the exporter
+        assert until(lambda: not Path(f"/proc/{exporter}").exists() or _zombie(exporter))
+        client = Client(proxy.edge(sse_server))
+        try:
+            statuses = {client.get("/hello")[0] for _ in range(300)}  # > one flush batch
+        finally:
+            client.close()
+        assert statuses == {200}
+    finally:
+        stop(proxy.proc)
+    assert proxy.proc.returncode == 0
+    assert "the exporter process is gone" in (tmp_path / "proxy.log").read_text()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
