@@ -102,6 +102,7 @@ def test_trace_env_defaults_and_the_profile_overrides(tmp_path: Path) -> None:
         OTEL_TRACES_ENDPOINT: "{otlp}",
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
         "OTEL_SERVICE_NAME": "app",
+        "OTEL_BSP_SCHEDULE_DELAY": "500",
     }
     assert "OTEL_SERVICE_NAME" not in profile.trace_env("own")  # its env sets it
     assert profile.trace_env("traces") == {}  # the collector exports nothing
