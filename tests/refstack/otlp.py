@@ -6,6 +6,8 @@ Each POST to /v1/traces is decoded with the official protobuf messages
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -51,9 +54,24 @@ def _value(v: AnyValue) -> Any:
     return getattr(v, field) if field else None
 
 
-def decode(body: bytes) -> list[Got]:
+def _hex_ids_to_base64(doc: Any) -> Any:
+    """OTLP/JSON writes ids in hex where protobuf's JSON mapping expects base64."""
+    for rs in doc.get("resourceSpans", []):
+        for ss in rs.get("scopeSpans", []):
+            for span in ss.get("spans", []):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if span.get(key):
+                        span[key] = base64.b64encode(bytes.fromhex(span[key])).decode()
+    return doc
+
+
+def decode(body: bytes, content_type: str = "application/x-protobuf") -> list[Got]:
+    """An export body, protobuf or JSON (tritonserver's opentelemetry-cpp posts JSON)."""
     req = ExportTraceServiceRequest()
-    req.ParseFromString(body)
+    if content_type.startswith("application/json"):
+        json_format.ParseDict(_hex_ids_to_base64(json.loads(body)), req)
+    else:
+        req.ParseFromString(body)
     out: list[Got] = []
     for rs in req.resource_spans:
         resource = {a.key: _value(a.value) for a in rs.resource.attributes}
@@ -135,7 +153,7 @@ def receiver() -> Iterator[Receiver]:
             if self.path != "/v1/traces":
                 self.send_error(404)
                 return
-            holder[0].add(decode(body))
+            holder[0].add(decode(body, self.headers.get("content-type") or ""))
             reply = ExportTraceServiceResponse().SerializeToString()
             self.send_response(200)
             self.send_header("content-type", "application/x-protobuf")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.refstack.otlp import Receiver, receiver
+from tests.refstack.otlp import Got, Receiver, receiver
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,12 +27,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def server(argv: list[str], env: dict[str, str], log: Path) -> Iterator[str]:
-    """Start one component on a free port; yields its URL once /health-like GET answers."""
+def server(argv: list[str], env: dict[str, str], log: Path, *, ready: str = "") -> Iterator[str]:
+    """Start one component (on a free ``--port`` unless ``ready`` is given); yields its URL
+    once ``ready`` (default its /metrics) answers 200."""
     port = free_port()
     with log.open("wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", *argv, "--port", str(port)],
+            [sys.executable, "-m", *argv, *([] if ready else ["--port", str(port)])],
             stdout=fh,
             stderr=subprocess.STDOUT,
             env={**os.environ, **env},
@@ -44,7 +45,7 @@ def server(argv: list[str], env: dict[str, str], log: Path) -> Iterator[str]:
         while time.monotonic() < end:
             assert proc.poll() is None, log.read_text()
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/metrics", timeout=1).status_code == 200:
+                if httpx.get(ready or f"{url}/metrics", timeout=1).status_code == 200:
                     break
             time.sleep(0.1)
         yield url
@@ -99,3 +100,42 @@ def test_tool_server_span_for_its_own_routes(rx: Receiver, tmp_path: Path) -> No
         "tools",
         caller,
     )
+
+
+def test_triton_spans_join_the_callers_trace(rx: Receiver, tmp_path: Path) -> None:
+    """tritonserver's own tracing (OTLP/JSON) and PyTriton's: one tree under the caller."""
+    ports = [str(free_port()) for _ in range(3)]
+    argv = ["faultday_refstack.embedder", "--http-port", ports[0], "--grpc-port", ports[1]]
+    argv += ["--metrics-port", ports[2]]
+    url = f"http://127.0.0.1:{ports[0]}"
+    with server(
+        argv, rx.env("triton"), tmp_path / "triton.log", ready=f"{url}/v2/models/embedder/ready"
+    ):
+        trace_id, caller = secrets.token_hex(16), secrets.token_hex(8)
+        body = {
+            "inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": ["hi"]}],
+            "outputs": [{"name": "EMBEDDING"}],
+        }
+        r = httpx.post(
+            f"{url}/v2/models/embedder/infer",
+            json=body,
+            headers={"traceparent": f"00-{trace_id}-{caller}-01"},
+            timeout=10,
+        )
+        assert r.status_code == 200, r.text
+        # Triton's own spans and PyTriton's arrive in separate posts: wait for the whole tree.
+        got = rx.wait(lambda s: _one_tree(s, trace_id, caller))
+    spans = [s for s in got if s.trace_id == trace_id]
+    ids = {s.span_id for s in spans}
+    roots = [s for s in spans if s.parent_id not in ids]
+    assert [(r.name, r.kind, r.service, r.parent_id) for r in roots] == [
+        ("InferRequest", "SERVER", "triton", caller)
+    ]
+
+
+def _one_tree(got: list[Got], trace_id: str, caller: str) -> bool:
+    spans = [s for s in got if s.trace_id == trace_id]
+    ids = {s.span_id for s in spans}
+    names = {s.name for s in spans}
+    orphans = [s for s in spans if s.parent_id not in ids and s.parent_id != caller]
+    return {"InferRequest", "proxy_inference_callable"} <= names and not orphans

@@ -21,10 +21,13 @@ import numpy as np
 import numpy.typing as npt
 
 from faultday_refstack.embedder.hashing import DIM, embed
+from faultday_refstack.errors import UsageError
+from faultday_refstack.otel import otlp_endpoint, service_name
 
 log = logging.getLogger("faultday.embedder")
 
 MODEL = "embedder"
+SERVICE = "triton"  # service.name unless OTEL_SERVICE_NAME says otherwise
 INPUT = "TEXT"
 OUTPUT = "EMBEDDING"
 SERVER_READY_POLL_S = 0.02
@@ -125,6 +128,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        trace_config = _trace_config()
+    except UsageError as exc:
+        p.error(str(exc))
     if not a.tensor_store:
         # Read by PyTriton here and in the Python backend stub (inherited): no
         # TensorStore process to spawn (~0.6 s of CPU at start) and no psm_* segments.
@@ -165,6 +172,7 @@ def main(argv: list[str] | None = None) -> None:
         allow_gpu_metrics=False,
         # PyTriton waits 30 s for in-flight work by default; a stop must be quick.
         exit_timeout_secs=0,
+        trace_config=trace_config,
     )
     triton = Triton(config=config)
     _skip_auto_complete(triton)
@@ -188,6 +196,24 @@ def main(argv: list[str] | None = None) -> None:
         triton.serve(monitoring_period_s=0.5)
         log.info("serve() returned")
     log.info("triton context closed")
+
+
+def _trace_config() -> list[str] | None:
+    """Triton's own OpenTelemetry tracing, when the environment names a collector.
+
+    tritonserver reads no OTEL_* variable: its ``--trace-config`` says where to
+    export, every request sampled, as ``OTEL_SERVICE_NAME`` (else ``triton``).
+    """
+    endpoint = otlp_endpoint()
+    if endpoint is None:
+        return None
+    return [
+        "mode=opentelemetry",
+        "rate=1",
+        "level=TIMESTAMPS",
+        f"opentelemetry,url={endpoint}",
+        f"opentelemetry,resource=service.name={service_name(SERVICE)}",
+    ]
 
 
 if __name__ == "__main__":
