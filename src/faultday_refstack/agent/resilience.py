@@ -301,9 +301,11 @@ class Resilience:
         ) as span:
             try:
                 return await _timed(fn, seconds)
-            except (Retryable, Permanent) as exc:
+            except BaseException as exc:
+                # Retryable/Permanent as the client mapped them; else a cancellation (the
+                # request's hard stop) or a bug: the span says which, the caller decides.
                 span.set_attribute("error.type", type(exc).__name__)
-                span.set_status(Status(StatusCode.ERROR, str(exc)[:300]))
+                span.set_status(Status(StatusCode.ERROR, str(exc)[:300] or type(exc).__name__))
                 raise
 
 
