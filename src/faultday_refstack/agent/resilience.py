@@ -186,7 +186,7 @@ class Resilience:
             f"{dep} {op}", attributes=attrs, record_exception=False, set_status_on_exception=False
         ) as span:
             attempts = 0
-            last_end: float | None = None
+            gaps = _Gaps()
             try:
                 async for attempt in stamina.retry_context(
                     on=should_retry,
@@ -200,24 +200,20 @@ class Resilience:
                         attempts = attempt.num
                         if attempts > 1:
                             self.metrics.retries.labels(dep).inc()
-                        # What stamina slept before this attempt, as it happened (jitter included).
-                        slept = 0.0 if last_end is None else time.monotonic() - last_end
-                        try:
-                            result = await self._attempt(
-                                dep,
-                                fn,
-                                timeout=timeout,
-                                deadline=deadline,
-                                span_attrs={
-                                    "peer.service": peer,
-                                    "retry.attempt": attempts,
-                                    "retry.backoff_s": round(slept, 6),
-                                    **(attributes or {}),
-                                },
-                                name=f"{dep} {op} attempt",
-                            )
-                        finally:
-                            last_end = time.monotonic()
+                        result = await self._attempt(
+                            dep,
+                            fn,
+                            timeout=timeout,
+                            deadline=deadline,
+                            span_attrs={
+                                "peer.service": peer,
+                                "retry.attempt": attempts,
+                                "retry.backoff_s": gaps.slept(),
+                                **(attributes or {}),
+                            },
+                            name=f"{dep} {op} attempt",
+                            gaps=gaps,
+                        )
                 span.set_attributes(
                     {
                         "faultday.attempts": attempts,
@@ -249,6 +245,24 @@ class Resilience:
         span.set_status(Status(StatusCode.ERROR, message[:300]))
 
     async def _attempt(
+        self,
+        dep: str,
+        fn: Callable[[float], Awaitable[T]],
+        *,
+        timeout: float,
+        deadline: Deadline,
+        span_attrs: dict[str, AttributeValue],
+        name: str,
+        gaps: _Gaps,
+    ) -> T:
+        try:
+            return await self._attempt_in(
+                dep, fn, timeout=timeout, deadline=deadline, span_attrs=span_attrs, name=name
+            )
+        finally:
+            gaps.ended()
+
+    async def _attempt_in(
         self,
         dep: str,
         fn: Callable[[float], Awaitable[T]],
@@ -307,6 +321,22 @@ class Resilience:
                 span.set_attribute("error.type", type(exc).__name__)
                 span.set_status(Status(StatusCode.ERROR, str(exc)[:300] or type(exc).__name__))
                 raise
+
+
+class _Gaps:
+    """The backoff stamina slept before each attempt, as it happened (jitter included)."""
+
+    __slots__ = ("_last_end",)
+
+    def __init__(self) -> None:
+        self._last_end: float | None = None
+
+    def slept(self) -> float:
+        """Seconds since the last attempt ended (0 before the first)."""
+        return 0.0 if self._last_end is None else round(time.monotonic() - self._last_end, 6)
+
+    def ended(self) -> None:
+        self._last_end = time.monotonic()
 
 
 async def _timed(fn: Callable[[float], Awaitable[T]], seconds: float) -> T:
