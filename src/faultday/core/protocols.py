@@ -28,6 +28,7 @@ from faultday.core.events import RunEvents
 from faultday.core.ledger import Ledger
 from faultday.core.records import Observations
 from faultday.core.scenario import Scenario
+from faultday.core.spanstore import CollectorAddress
 from faultday.core.stackinfo import StackInfo
 from faultday.core.targets import Target
 from faultday.core.windows import Window, WindowKind
@@ -46,6 +47,7 @@ __all__ = [
     "ScenarioView",
     "SpecView",
     "StackDriver",
+    "TraceHost",
 ]
 
 
@@ -112,6 +114,15 @@ class Interruptible(Protocol):
 
     def interrupt(self) -> None:
         """End every wait for readiness now and start nothing more."""
+        ...
+
+
+@runtime_checkable
+class TraceHost(Protocol):
+    """A driver whose stack has a trace collector (process driver; docs/traces.md)."""
+
+    def collector(self) -> CollectorAddress | None:
+        """Where the collector is, or None when the profile has none."""
         ...
 
 

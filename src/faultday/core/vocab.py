@@ -109,6 +109,7 @@ class EventKind(StrEnum):
     TIMESERIES_WRITTEN = "timeseries.written"
     PROCS_STARTED = "procs.started"
     PROCS_STOPPED = "procs.stopped"
+    TRACES_COLLECTED = "traces.collected"
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +186,12 @@ CATALOGUE: dict[EventKind, EventSpec] = {
     ),
     EventKind.PROCS_STOPPED: EventSpec(
         "process sampler (soak)", "sampling ends (message: rounds)", ("rounds", "gone")
+    ),
+    EventKind.TRACES_COLLECTED: EventSpec(
+        "trace capture",
+        "the run's spans were copied from the stack's collector into traces.db (message: "
+        "how many, dropped, refused)",
+        ("spans", "dropped", "rejected", "forwarded"),
     ),
 }
 

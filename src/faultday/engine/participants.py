@@ -18,6 +18,7 @@ from faultday.load.sink import SinkStats
 from faultday.observe.procs import ProcessSampler
 from faultday.observe.scrape import MetricsScraper
 from faultday.observe.series import TimeSeriesWriter
+from faultday.observe.trace_capture import TraceCapture
 
 __all__ = ["Participant", "RunView", "ScenarioLoad", "default_participants", "participants_for"]
 
@@ -75,15 +76,21 @@ def options_for(spec: LoadSpec, traces: TracesSpec | None = None) -> LoadOptions
 
 
 def participants_for(scenario: Scenario) -> list[Participant]:
-    """Writer, scraper, process sampler (soak), load: the engine stops them in reverse, so
-    the load stops first and the writer sees every record and sample."""
+    """Trace capture, writer, scraper, process sampler (soak), load: the engine stops them
+    in reverse, so the load stops first, the writer sees every record and sample, and the
+    trace capture waits for the load's last spans."""
     spec = scenario.spec.load
     try:
         workload = Workload(spec.workload)
     except ValueError as exc:
         valid = ", ".join(w.value for w in Workload)
         raise LoadError(f"unknown workload {spec.workload!r}; valid: {valid}") from exc
-    out: list[Participant] = [
+    out: list[Participant] = []
+    traces = scenario.spec.traces
+    if traces.enabled:
+        # First, so it stops last: the load's last requests have their spans by then.
+        out.append(TraceCapture(max_spans=traces.max_spans, forward=traces.forward))
+    out += [
         TimeSeriesWriter(interval=spec.sample_interval),
         MetricsScraper(interval=spec.sample_interval),
     ]

@@ -43,7 +43,9 @@ from faultday.core.ledger import Ledger
 from faultday.core.protocols import Interruptible, StackDriver
 from faultday.core.records import Observations
 from faultday.core.scenario import CheckSpec, Fault, Scenario
+from faultday.core.spanstore import SpanStore, SpanStoreError
 from faultday.core.targets import Revert, Target
+from faultday.core.traces import TRACES_NAME, write_traces
 from faultday.core.vocab import EventKind, Phase, Section
 from faultday.core.windows import CheckResult, Verdict, Window, WindowKind
 from faultday.engine.journal_recorder import JournalRecorder
@@ -51,6 +53,8 @@ from faultday.engine.participants import Participant, default_participants
 from faultday.engine.plan import Plan, make_plan
 from faultday.errors import FaultdayError, InjectionError, StackError
 from faultday.injectors.base import AnyInjector, injector_registry
+from faultday.observe.trace_analysis import analyse
+from faultday.observe.trace_capture import TraceCapture
 from faultday.scenario.loader import LoadedScenario
 from faultday.stack.supervisor import stop_marked_processes
 
@@ -639,6 +643,7 @@ class Run:
             except Exception as exc:  # noqa: BLE001 - journaled; fails the run
                 self.error(f"stack down failed: {exc}")
         self._sweep()
+        self._analyse_traces()
         self.journal.faults = list(self.fault_log.values())
         self.journal.verdict = self._verdict()
         self.journal.ended = time.time()
@@ -646,6 +651,32 @@ class Run:
         self.recorder.unsubscribe(self.events)
         self._note_repeats()
         self.journal.write(self.run_dir)
+
+    def _analyse_traces(self) -> None:
+        """``traces.json``: where the time went, per window and hop (observe/trace_analysis)."""
+        captured = next(
+            (p.captured for p in self.participants if isinstance(p, TraceCapture)), None
+        )
+        if captured is None or self.journal.t0_wall is None:
+            return  # no collector in the stack, tracing off, or the run never reached t=0
+        try:
+            with SpanStore(captured.db) as store:
+                spans = store.read(limit=captured.max_spans)
+            summary = analyse(
+                spans,
+                self.journal.windows,
+                self.observations.requests,
+                t0_wall=self.journal.t0_wall,
+                time_scale=self.options.time_scale,
+                dropped=captured.dropped,
+                rejected=captured.rejected,
+            )
+            write_traces(self.run_dir, summary)
+        except (SpanStoreError, OSError, ValueError) as exc:
+            self.error(f"the run's traces could not be analysed: {exc}")
+            return
+        self.journal.artifacts["traces"] = TRACES_NAME
+        self.journal.artifacts["traces.db"] = captured.db.name
 
     def _sweep(self) -> None:
         """Stop anything still carrying this run's marker: nothing the run started outlives it.
