@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +52,12 @@ def server(argv: list[str], env: dict[str, str], log: Path, *, ready: str = "") 
             time.sleep(0.1)
         yield url
     finally:
+        # SIGTERM first: PyTriton removes its /dev/shm segments and temporary folders on
+        # an orderly stop, which a SIGKILL would leave behind.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
@@ -108,9 +116,15 @@ def test_triton_spans_join_the_callers_trace(rx: Receiver, tmp_path: Path) -> No
     argv = ["faultday_refstack.embedder", "--http-port", ports[0], "--grpc-port", ports[1]]
     argv += ["--metrics-port", ports[2]]
     url = f"http://127.0.0.1:{ports[0]}"
-    with server(
-        argv, rx.env("triton"), tmp_path / "triton.log", ready=f"{url}/v2/models/embedder/ready"
+    # PyTriton's workspace and tritonserver's folders in a short folder of the test's own
+    # (a ZeroMQ socket path holds 107 bytes), removed after: not loose in /tmp.
+    scratch = Path(tempfile.mkdtemp(prefix="fd-triton-"))
+    env = {**rx.env("triton"), "TMPDIR": str(scratch), "PYTRITON_HOME": str(scratch)}
+    with (
+        contextlib.ExitStack() as cleanup,
+        server(argv, env, tmp_path / "triton.log", ready=f"{url}/v2/models/embedder/ready"),
     ):
+        cleanup.callback(shutil.rmtree, scratch, ignore_errors=True)
         trace_id, caller = secrets.token_hex(16), secrets.token_hex(8)
         body = {
             "inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": ["hi"]}],
