@@ -176,9 +176,12 @@ class SpanStore:
                 raise SpanStoreError(f"{self.path}: cannot read spans: {exc}") from exc
         return [_span(r) for r in rows]
 
-    def copy_range(self, dest_path: Path, start_ns: int | None, end_ns: int | None) -> int:
+    def copy_range(
+        self, dest_path: Path, start_ns: int | None, end_ns: int | None, *, limit: int = -1
+    ) -> int:
         """Copy the spans starting in ``[start_ns, end_ns)`` into a new store at ``dest_path``
-        (a run's ``traces.db``); return how many. An existing file there is added to."""
+        (a run's ``traces.db``), the oldest first and at most ``limit`` (-1: all); return how
+        many. An existing file there is added to."""
         where, params = _where(start_ns, end_ns, None)
         SpanStore(dest_path, max_spans=0).close()  # the schema, in a file of its own
         with self._lock:
@@ -188,8 +191,8 @@ class SpanStore:
                 try:
                     with self._db:
                         n = self._db.execute(
-                            _COPY + where + " ORDER BY start_ns, rowid",
-                            params,
+                            _COPY + where + " ORDER BY start_ns, rowid LIMIT ?",
+                            (*params, limit),
                         ).rowcount
                         self._db.execute(
                             "UPDATE dest.counters SET value = value + ? WHERE name = 'stored'",
@@ -200,6 +203,16 @@ class SpanStore:
             except sqlite3.Error as exc:
                 raise SpanStoreError(f"{dest_path}: cannot copy spans there: {exc}") from exc
         return n
+
+    def count(self, start_ns: int | None = None, end_ns: int | None = None) -> int:
+        """How many spans start in ``[start_ns, end_ns)`` (either open)."""
+        where, params = _where(start_ns, end_ns, None)
+        with self._lock:
+            try:
+                row = self._db.execute(f"SELECT count(*) FROM spans{where}", params).fetchone()  # noqa: S608
+            except sqlite3.Error as exc:
+                raise SpanStoreError(f"{self.path}: cannot count spans: {exc}") from exc
+        return int(row[0])
 
 
 def read_counters(path: Path) -> SpanCounters:

@@ -49,7 +49,7 @@ class Captured:
 
     db: Path
     spans: int
-    dropped: int  # by the collector's cap, during the run
+    dropped: int  # by the collector's cap during the run, and past the run's max_spans
     rejected: int  # export bodies it refused during the run
     max_spans: int
 
@@ -87,11 +87,12 @@ class TraceCapture:
         db = run.run_dir / RUN_TRACES_DB
         try:
             with SpanStore(address.db_path) as store:
-                n = store.copy_range(db, self._start_ns, end_ns)
+                n = store.copy_range(db, self._start_ns, end_ns, limit=self.max_spans)
+                over = store.count(self._start_ns, end_ns) - n  # past traces.max_spans
         except SpanStoreError as exc:
             run.event(EventKind.TRACES_COLLECTED, f"no spans kept: {exc}", spans=0)
             return
-        dropped = _delta(self._stats0, stats1, ("spans_dropped",))
+        dropped = _delta(self._stats0, stats1, ("spans_dropped",)) + max(0, over)
         rejected = _delta(self._stats0, stats1, _REJECTED)
         self.captured = Captured(db, n, dropped, rejected, self.max_spans)
         forwarded = self._forward(db) if self.forward and n else {}
