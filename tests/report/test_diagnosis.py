@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,6 +268,7 @@ def test_trace_rules_quote_their_evidence_in_the_report(tmp_path: Path) -> None:
     assert "p99 2.3 s (baseline 12 ms)" in mover
     retries = "\n".join(fired["trace-retries"].evidence)
     assert "agent/llm.chat called 3 times per traced request (baseline 1)" in retries
+    assert re.search(r"hop_retries = 2\b.*agent/llm\.chat: \d+ retries over \d+ traced", retries)
     # The failed exemplar calls llm.chat twice under one parent: the retry, seen in a trace.
     assert f"agent/llm.chat 2 times under one parent in trace {traced.TRACE_FAILED}" in retries
     failing = fired["trace-failing-hop"].evidence[0]

@@ -77,6 +77,8 @@ def _hops(
                 time_s=share * 400.0,
                 share=share,
                 faults=["latency"] if slow else [],
+                # Every call past the first per request was a retry (retry.attempt ≥ 2).
+                retries=count - traced if span == CHAT else 0,
             )
         )
     return sorted(hops, key=lambda h: -h.share)

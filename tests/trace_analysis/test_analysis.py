@@ -550,3 +550,16 @@ def test_an_agent_task_shares_its_trace_with_its_submit() -> None:
         "task research",
         *["GET /v1/tasks/{id}"] * 3,
     ]
+
+
+def test_retries_are_counted_per_hop_from_the_attempt_number() -> None:
+    tb = TraceBuilder(trace_id(77), t=1.0)
+    root = tb.root(100)
+    call = tb.add("agent", "llm-primary chat", 5, 95, parent=root)
+    for attempt, (lo, hi) in enumerate([(5, 30), (35, 60), (65, 95)], start=1):
+        tb.add("agent", "llm-primary chat attempt", lo, hi, parent=call, kind=SpanKind.CLIENT,
+               attrs={"retry.attempt": attempt})  # fmt: skip
+    by = hops(run(tb.spans, [request(tb.trace, 1.0, 0.1)]).windows[0])
+    assert by["agent/llm-primary chat attempt"].count == 3
+    assert by["agent/llm-primary chat attempt"].retries == 2  # attempts 2 and 3
+    assert by["agent/llm-primary chat"].retries == 0

@@ -67,6 +67,9 @@ class HopStats(_M):
     faults: list[str] = Field(
         default_factory=list, description="toxics seen on this hop's proxied calls"
     )
+    retries: int = Field(
+        default=0, description="spans of this hop that were a retry (retry.attempt >= 2)"
+    )
 
 
 class TopHop(_M):

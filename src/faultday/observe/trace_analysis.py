@@ -99,6 +99,7 @@ class _Acc:
 
     count: int = 0
     errors: int = 0
+    retries: int = 0  # spans with retry.attempt >= 2
     durations: list[float] = field(default_factory=list)
     time_ns: int = 0
     faults: set[str] = field(default_factory=set)
@@ -106,6 +107,7 @@ class _Acc:
     def merge(self, other: _Acc) -> None:
         self.count += other.count
         self.errors += other.errors
+        self.retries += other.retries
         self.durations.extend(other.durations)
         self.time_ns += other.time_ns
         self.faults |= other.faults
@@ -371,6 +373,7 @@ def _trace_hops(trace: _Trace, root: Span, *, cap_ns: int, whole: bool = True) -
             continue  # transparent: its time goes to the call it relays
         a.count += 1
         a.errors += s.status is SpanStatus.ERROR
+        a.retries += (_number(s.attributes.get("retry.attempt")) or 0) >= 2  # attempt 2: a retry
         a.durations.append(s.duration_s)
         for phase, lo, hi in _llm_phases(s):
             p = acc((s.service, f"{LLM_SPAN} {phase}"))
@@ -616,6 +619,7 @@ def _hop_stats(hop: _Hop, a: _Acc, e2e_ns: int) -> HopStats:
         time_s=_s(a.time_ns),
         share=round(min(1.0, a.time_ns / e2e_ns), 6) if e2e_ns > 0 else 0.0,
         faults=_bounded(sorted(a.faults)),
+        retries=a.retries,
     )
 
 

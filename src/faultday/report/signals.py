@@ -63,6 +63,7 @@ class Signal(StrEnum):
     HOP_SHARE_RISE = "hop_share_rise"
     HOP_CALLS_RATIO = "hop_calls_ratio"
     REPEATED_SPANS = "repeated_spans"
+    HOP_RETRIES = "hop_retries"
     ERROR_SPANS = "error_spans"
 
 
@@ -466,6 +467,20 @@ def hop_calls_ratio(f: Frame) -> Value | None:
     )
 
 
+def hop_retries(f: Frame) -> Value | None:
+    """The most retries (spans with ``retry.attempt`` ≥ 2) of one hop per traced request."""
+    wt = _traced(f)
+    if wt is None or not wt.traced:
+        return None
+    top = max(wt.hops, key=lambda h: (h.retries, h.hop), default=None)
+    if top is None or not top.retries:
+        return None
+    return Value(
+        top.retries / wt.traced,
+        f"{top.hop}: {top.retries} retries over {wt.traced} traced requests",
+    )
+
+
 def repeated_spans(f: Frame) -> Value | None:
     """In the window's exemplar requests, the most spans of one hop under one parent."""
     best: tuple[int, str, str] | None = None
@@ -536,6 +551,7 @@ COMPUTE: dict[Signal, Callable[[Frame], Value | None]] = {
     Signal.HOP_SHARE_RISE: hop_share_rise,
     Signal.HOP_CALLS_RATIO: hop_calls_ratio,
     Signal.REPEATED_SPANS: repeated_spans,
+    Signal.HOP_RETRIES: hop_retries,
     Signal.ERROR_SPANS: error_spans,
 }
 
