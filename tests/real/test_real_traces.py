@@ -85,10 +85,11 @@ def test_real_vllm_spans_reach_the_run_and_its_report(
     observe("llm-primary decode share of request time", share.get(f"{LLM}/{LLM_SPAN} decode"))
     top = whole["top"]
     # A session's history that outgrows vLLM's --max-model-len is a 400 (the agent then
-    # falls back to the simulator): with local-real's 512, after a few turns.
+    # falls back to the simulator): local-real's former 512 after a few turns; 2048 holds.
     attempts = [json.loads(r[5]) for r in rows if r[3:5] == ("agent", f"{LLM} chat attempt")]
     too_long = sum(a.get("http.response.status_code") == 400 for a in attempts)
     observe("llm-primary attempts answered 400", f"{too_long} of {len(attempts)}")
+    assert too_long == 0, "a session outgrew local-real's --max-model-len"
     observe("top hop", f"{top['service']}/{top['span']} {top['share']}" if top else None)
 
     # The report names vLLM's phases where it says where the time went.

@@ -144,7 +144,7 @@ def test_local_real_profile_runs_vllm_as_documented() -> None:
     assert spec.restart.policy == RestartPolicy.ALWAYS  # vLLM exits 0 when its GPU dies
     argv = p.argv_template("llm-primary")
     assert argv[:3] == ("{python}", "-m", "faultday.stack.vllm_launcher")
-    for flag, value in (("--dtype", "float32"), ("--max-model-len", "512")):
+    for flag, value in (("--dtype", "float32"), ("--max-model-len", "2048")):
         assert argv[argv.index(flag) + 1] == value
     assert "--enforce-eager" in argv and "--tiny-model" in argv
     env = p.env_template("llm-primary")
