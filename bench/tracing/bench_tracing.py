@@ -191,6 +191,7 @@ class RunFigures:
     cpu_ms_per_request_by_process: dict[str, float]
     spans: int  # spans the run kept in traces.db (warm-up included)
     requests: int  # requests the load recorded (warm-up included)
+    load_average: float  # the machine's 1-minute load average as the run ended
     run_dir: str
 
 
@@ -228,6 +229,7 @@ def one_run(scenario: Path, reports: Path, mode: str) -> RunFigures:
         collector_cpu_ms_per_request=by_kind.get(COLLECTOR, 0.0) * per_request,
         cpu_ms_per_request_by_process={k: v * per_request for k, v in by_kind.items()},
         requests=requests_recorded(journal),
+        load_average=os.getloadavg()[0],
         spans=spans_collected(journal),
         run_dir=folder,
     )
@@ -411,6 +413,14 @@ def table(res: dict[str, object], verdicts: dict[str, str]) -> str:
             f"| on / off | {tr['rps_ratio']:.3f} ({verdicts['rps']}, ≥ {TARGET_RPS_RATIO})"
             f" | {tr['p99_ratio']:.3f} ({verdicts['p99']}, ≤ {TARGET_P99_RATIO}) | "
             f"{tr['cpu_ratio']:.3f} | | |"
+        )
+        lines.append(
+            "runs in order (tracing, req/s, p99 s, CPU ms/request, errors, load average): "
+            + "; ".join(
+                f"{r['mode']} {r['rps']:.2f} {r['p99_s']:.3f} {r['cpu_ms_per_request']:.1f} "
+                f"{r['errors']} {r['load_average']:.1f}"
+                for r in tr["runs"]
+            )
         )
         lines.append(f"spans per request (on): {tr['spans_per_request']:.1f}")
         added = sorted(
