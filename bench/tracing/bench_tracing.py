@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/tracing/bench_tracing.py [--rounds 2] [--seconds 30] [--users 16]
                                                     [--senders 3] [--ingest-seconds 8]
+                                                    [--only tracing|ingest] [--keep DIR]
 
 1. **On vs off, same load.** ``faultday run`` of one short steady-state scenario (RAG chat,
    no faults) on the real ``local`` stack, alternately with tracing on (the profile as
@@ -451,6 +452,9 @@ def main() -> int:
     parser.add_argument("--senders", type=int, default=3, help="ingest: sender processes")
     parser.add_argument("--ingest-seconds", type=float, default=8.0)
     parser.add_argument("--only", choices=("tracing", "ingest"), default=None)
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="keep the run folders here (a new folder)"
+    )
     args = parser.parse_args()
     if args.sender:
         url, start, seconds, seed = args.sender
@@ -460,6 +464,9 @@ def main() -> int:
     verdicts = {"rps": "pass", "p99": "pass"}
     with tempfile.TemporaryDirectory(prefix="faultday-bench-tracing-") as tmp:
         work = Path(tmp)
+        if args.keep is not None:
+            args.keep.mkdir(parents=True)  # refuses an existing folder: nothing is overwritten
+            work = args.keep
         if args.only != "ingest":
             res["tracing"], rps_ratio, p99_ratio = on_vs_off(args, work)
             verdicts["rps"] = "pass" if rps_ratio >= TARGET_RPS_RATIO else "MISS"
