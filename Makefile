@@ -72,6 +72,7 @@ test-docker: setup  ## the docker driver, its faults, compose, four library scen
 bench: setup  ## benchmarks, each comparing against its baseline in one run; figures in bench/RESULTS.md
 	$(PY) bench/proxy/bench_proxy.py
 	$(PY) bench/proxy/bench_proxy_tracing.py
+	$(PY) bench/tracing/bench_tracing.py
 	$(PY) bench/llmsim/bench_streams.py --requests 256 --ramp 2 --max-tokens 256
 	$(PY) bench/stack/bench_stack.py --cycles 3 --docker
 	$(PY) bench/load/bench_load.py --users 32 --workers 0 --seconds 15

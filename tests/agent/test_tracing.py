@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -193,6 +194,10 @@ def test_task_tool_call_reaches_the_tool_servers_span(traced: tuple[Receiver, St
     server = one(spans, "tools/call query_report", "tools")
     assert server.kind == "SERVER" and server.parent_id == attempt.span_id
     assert server.attrs["gen_ai.tool.name"] == "query_report" and server.status == "UNSET"
+    # The workers' queue polls (10 a second each, nearly all empty) are not traced: the
+    # popped task runs in its submitter's trace, as above. A second of idle polling, then:
+    time.sleep(1.0)
+    assert not [s.name for s in rx.snapshot() if s.name.startswith("redis pop")]
 
 
 def test_without_the_environment_nothing_is_exported_and_nothing_breaks(
