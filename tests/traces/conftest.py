@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.stack.conftest import make_stack  # noqa: F401 - the stack suite's fixture, shared
 
 from faultday.observe.collector import READY_PREFIX, STATS_PATH, TRACES_PATH
 

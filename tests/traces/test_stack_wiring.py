@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -16,7 +14,6 @@ import psutil
 import pytest
 from tests.stack.conftest import REPO, marked_processes, write_profile
 
-from faultday.core.ledger import Ledger
 from faultday.core.profile import OTEL_TRACES_ENDPOINT, load_profile
 from faultday.core.spans import SpanKind
 from faultday.core.spanstore import SPANS_DB, SpanStore
@@ -65,35 +62,6 @@ spec:
 """
 
 MakeStack = Callable[[str], Stack]
-
-
-@pytest.fixture
-def make_stack(tmp_path: Path) -> Iterator[MakeStack]:
-    stacks: list[Stack] = []
-
-    def make(body: str) -> Stack:
-        path = write_profile(tmp_path / f"p{len(stacks)}.yaml", body)
-        run_dir = tmp_path / f"run{len(stacks)}"
-        stack = Stack(
-            load_profile(str(path), base_dir=tmp_path),
-            run_dir=run_dir,
-            ledger=Ledger.in_dir(run_dir),
-        )
-        stacks.append(stack)
-        return stack
-
-    try:
-        yield make
-    finally:
-        strays = []
-        for s in stacks:
-            s.down()
-            left = marked_processes(s.run_dir)
-            strays += [f"{p.pid} {p.cmdline()[:3]}" for p in left]
-            for p in left:
-                with contextlib.suppress(psutil.Error):
-                    p.send_signal(signal.SIGKILL)
-        assert not strays, f"processes left behind: {strays}"
 
 
 def test_trace_env_defaults_and_the_profile_overrides(tmp_path: Path) -> None:
