@@ -92,6 +92,15 @@ def _figure(height: float = 2.6) -> tuple[Figure, Axes]:
     return fig, ax
 
 
+def _legend_above(ax: Axes) -> None:
+    """The legend above the plot, so every chart keeps the same plot width and the x axes
+    line up."""
+    ax.legend(
+        fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.02), ncol=4, frameon=False,
+        borderaxespad=0.0,
+    )  # fmt: skip
+
+
 def _svg(fig: Figure, salt: str) -> str:
     buf = io.StringIO()
     # Text as text (small, selectable); a salt per chart keeps element ids unique in one page.
@@ -158,15 +167,7 @@ def _line_chart(
     ax.set_ylim(bottom=0)
     ax.set_ylabel(ylabel, fontsize=8)
     ax.set_xlabel("scenario time (s)", fontsize=8)
-    # Above the plot, so every chart keeps the same plot width and the x axes line up.
-    ax.legend(
-        fontsize=7,
-        loc="lower right",
-        bbox_to_anchor=(1.0, 1.02),
-        ncol=4,
-        frameon=False,
-        borderaxespad=0.0,
-    )
+    _legend_above(ax)
     return Chart(name, title, _svg(fig, f"{journal.run_id}-{name}"))
 
 
@@ -277,12 +278,5 @@ def time_share_chart(
         ax.invert_yaxis()
         ax.set_xlim(0, 100)
         ax.set_xlabel("share of request time (%)", fontsize=8)
-        ax.legend(
-            fontsize=7,
-            loc="lower right",
-            bbox_to_anchor=(1.0, 1.02),
-            ncol=4,
-            frameon=False,
-            borderaxespad=0.0,
-        )
+        _legend_above(ax)
         return Chart("hops", "Share of request time per hop", _svg(fig, f"{journal.run_id}-ts"))
