@@ -21,7 +21,7 @@ from tests.conftest import ROOT, faultday
 @pytest.mark.usefixtures("no_leftovers")
 def test_slow_vectors_puts_the_time_in_the_vector_hop(tmp_path: Path) -> None:
     scenario = ROOT / "scenarios" / "slow-vectors.scenario.yaml"
-    r = faultday("run", str(scenario), "--time-scale", "0.5", "--report-dir",
+    r = faultday("run", str(scenario), "--time-scale", "0.25", "--report-dir",
                  str(tmp_path / "r"), timeout=400)  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     (run_dir,) = (tmp_path / "r").iterdir()
