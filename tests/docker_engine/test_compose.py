@@ -26,7 +26,8 @@ def test_compose_rendering_is_accepted_and_comes_up_healthy(
     """`docker-compose config` accepts it; `up -d` brings every service to healthy."""
     project = "faultday-compose-test"
     profile = load_profile("local", base_dir=REPO)
-    render_compose(profile, out=tmp_path, project=project)
+    rendered = render_compose(profile, out=tmp_path, project=project)
+    services = rendered.services  # the profile less what containers do not run (its collector)
     dc = ["docker-compose", "-p", project, "-f", str(tmp_path / "compose.yaml")]
     done = subprocess.run([*dc, "config", "-q"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -41,14 +42,14 @@ def test_compose_rendering_is_accepted_and_comes_up_healthy(
                 c.name: (c.attrs["State"].get("Health") or {}).get("Status")
                 for c in engine.containers.list(all=True, filters=flt)
             }
-            if len(states) == len(profile.spec.components) and set(states.values()) == {"healthy"}:
+            if len(states) == len(services) and set(states.values()) == {"healthy"}:
                 break
             assert time.monotonic() < deadline, states
             time.sleep(1)
         print(f"compose up -d healthy in {time.monotonic() - t0:.1f}s")
         _attach_run(tmp_path, project)
         # Attach touches nothing at down: the user's containers are all still there.
-        assert len(engine.containers.list(filters=flt)) == len(profile.spec.components)
+        assert len(engine.containers.list(filters=flt)) == len(services)
     finally:
         subprocess.run([*dc, "down", "-v", "--timeout", "5"], capture_output=True, timeout=300)
     assert nothing_left(f"com.docker.compose.project={project}") == []
